@@ -1,0 +1,108 @@
+"""Cluster topology, input-block placement and the I/O model shared by every runtime.
+
+Block placement is a pure function of (dataset, block, topology): every JM,
+the simulator and a live cluster agree on where a block lives without
+asking anyone. It follows HDFS's default policy: the first replica on one
+server, the second and third on two different servers of one other rack.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+NODE, RACK, REMOTE = 0, 1, 2
+LOCALITY_NAMES = ("node", "rack", "remote")
+
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _splitmix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64 finaliser over a uint64 array: a cheap, well-mixed hash."""
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+@dataclass
+class Topology:
+    servers: int
+    racks: int
+    cores: float = 4.0
+    mem_gb: float = 16.0
+
+    def __post_init__(self) -> None:
+        if self.servers < 1 or self.racks < 1 or self.racks > self.servers:
+            raise ValueError(f"need 1 <= racks <= servers, got servers={self.servers} racks={self.racks}")
+        # Servers are dealt to racks round-robin-free: contiguous blocks of (almost) equal size.
+        self.rack_of = (np.arange(self.servers) * self.racks // self.servers).astype(np.int32)
+        starts = np.searchsorted(self.rack_of, np.arange(self.racks + 1))
+        self.rack_start = starts[:-1].astype(np.int64)
+        self.rack_size = np.diff(starts).astype(np.int64)
+
+    @property
+    def total_cores(self) -> float:
+        return self.servers * self.cores
+
+    def replicas(self, dataset: str, blocks: np.ndarray) -> np.ndarray:
+        """int32[len(blocks), 3] server ids holding each block of ``dataset``."""
+        blocks = np.asarray(blocks, dtype=np.uint64)
+        base = np.uint64(zlib.crc32(dataset.encode()) * 0x100000001)
+        h1 = _splitmix(base ^ (blocks * np.uint64(0x632BE59BD9B4E019)))
+        h2 = _splitmix(h1)
+        h3 = _splitmix(h2)
+        first = (h1 % np.uint64(self.servers)).astype(np.int64)
+        out = np.empty((len(blocks), 3), dtype=np.int32)
+        out[:, 0] = first
+        if self.racks == 1:
+            # One rack: three distinct servers where possible.
+            n = self.servers
+            out[:, 1] = (first + 1 + (h2 % np.uint64(max(n - 1, 1))).astype(np.int64)) % n
+            out[:, 2] = (first + 1 + (h3 % np.uint64(max(n - 1, 1))).astype(np.int64)) % n
+            return out
+        rack1 = self.rack_of[first]
+        other = (rack1 + 1 + (h2 % np.uint64(self.racks - 1)).astype(np.int64)) % self.racks
+        size = self.rack_size[other]
+        start = self.rack_start[other]
+        a = (h3 % size.astype(np.uint64)).astype(np.int64)
+        b = (a + 1 + ((h3 >> np.uint64(32)) % np.maximum(size - 1, 1).astype(np.uint64)).astype(np.int64)) % size
+        out[:, 1] = start + a
+        out[:, 2] = start + b
+        return out
+
+
+@dataclass(slots=True, frozen=True)
+class IoModel:
+    """Input read bandwidth by locality, plus a fixed per-task start-up cost.
+
+    Figures are of the order the Apollo and delay-scheduling papers assume for
+    2010-era clusters: local disk, an in-rack link shared by a few tasks, and an
+    oversubscribed core for cross-rack reads.
+    """
+    node_bytes_per_s: float = 200e6
+    rack_bytes_per_s: float = 100e6
+    remote_bytes_per_s: float = 25e6
+    init_s: float = 0.2
+
+    def bandwidths(self) -> np.ndarray:
+        return np.array([self.node_bytes_per_s, self.rack_bytes_per_s, self.remote_bytes_per_s])
+
+    def io_time(self, input_bytes: float, locality: int) -> float:
+        return self.init_s + input_bytes / (self.node_bytes_per_s, self.rack_bytes_per_s,
+                                            self.remote_bytes_per_s)[locality]
+
+
+def locality_of(server: int, replicas: np.ndarray | None, rack_of: np.ndarray) -> int:
+    """NODE if ``server`` holds a replica, RACK if one is in its rack, else REMOTE (and REMOTE with no input)."""
+    if replicas is None or len(replicas) == 0:
+        return REMOTE
+    if server in replicas:
+        return NODE
+    r = rack_of[server]
+    for s in replicas:
+        if rack_of[s] == r:
+            return RACK
+    return REMOTE

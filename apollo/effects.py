@@ -1,0 +1,69 @@
+"""What an actor asks its runtime to do. Actors return these; they never act themselves."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(slots=True)
+class Send:
+    to: str            # actor address: "rm", "pn:17", "jm:42", "client:..."
+    msg: Any           # an apollo.messages message
+
+
+@dataclass(slots=True)
+class SetTimer:
+    delay: float
+    key: Any           # fires back as Timer(key) to the same actor; re-setting a key replaces it
+
+
+@dataclass(slots=True)
+class CancelTimer:
+    key: Any
+
+
+@dataclass(slots=True)
+class Launch:
+    """PN only: start running a task. The runtime answers with a TaskExited event."""
+    task: Any          # apollo.messages.TaskSpec
+    locality: int      # apollo.cluster.NODE/RACK/REMOTE: how far its input is
+
+
+@dataclass(slots=True)
+class Kill:
+    """PN only: stop a running task. No TaskExited follows."""
+    task_key: tuple
+
+
+@dataclass(slots=True)
+class Spawn:
+    """Create a new actor at ``address`` (the JM host spawns one JM per admitted job)."""
+    address: str
+    actor: Any
+
+
+@dataclass(slots=True)
+class Log:
+    """A record for the run's report (apollo.report) or the process log; ``kind`` names it."""
+    kind: str
+    data: tuple
+
+
+# Events that runtimes deliver to actors besides messages.
+
+@dataclass(slots=True)
+class Timer:
+    key: Any
+
+
+@dataclass(slots=True)
+class Start:
+    """Delivered once when an actor (re)starts; a restarted PN begins empty."""
+
+
+@dataclass(slots=True)
+class TaskExited:
+    task_key: tuple    # (job_id, task_index, attempt)
+    ok: bool
+    exit_code: int = 0
+    detail: str = ""

@@ -1,0 +1,55 @@
+"""A task attempt's lifecycle: the one transition table of the project.
+
+JM and PN both move task attempts through it (the JM's view of an attempt and
+the PN's own copy); an illegal transition raises IllegalTransition, which
+is a bug, not a runtime condition.
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class TaskState(IntEnum):
+    PENDING = 0      # waiting for upstream stages
+    READY = 1        # inputs complete, not placed
+    DISPATCHED = 2   # sent to a PN (queued there, as far as the JM knows)
+    RUNNING = 3
+    DONE = 4
+    FAILED = 5       # this attempt failed; the task may be retried
+    KILLED = 6       # stopped on purpose (a duplicate lost the race, job cancelled)
+    DEAD = 7         # failed and out of retries
+
+
+S = TaskState
+
+TRANSITIONS: dict[tuple[TaskState, str], TaskState] = {
+    (S.PENDING, "inputs_ready"): S.READY,
+    (S.PENDING, "kill"): S.KILLED,
+    (S.READY, "dispatch"): S.DISPATCHED,
+    (S.READY, "kill"): S.KILLED,
+    (S.DISPATCHED, "start"): S.RUNNING,
+    (S.DISPATCHED, "finish"): S.DONE,      # status of start and end may arrive together
+    (S.DISPATCHED, "fail"): S.FAILED,
+    (S.DISPATCHED, "kill"): S.KILLED,
+    (S.DISPATCHED, "requeue"): S.READY,    # preempted or refused before it ran: not a failure
+    (S.RUNNING, "finish"): S.DONE,
+    (S.RUNNING, "fail"): S.FAILED,
+    (S.RUNNING, "kill"): S.KILLED,
+    (S.RUNNING, "requeue"): S.READY,       # an opportunistic task preempted
+    (S.FAILED, "retry"): S.READY,
+    (S.FAILED, "give_up"): S.DEAD,
+}
+
+TERMINAL = frozenset({S.DONE, S.KILLED, S.DEAD})
+ACTIVE = frozenset({S.DISPATCHED, S.RUNNING})
+
+
+class IllegalTransition(RuntimeError):
+    pass
+
+
+def step(state: TaskState, event: str) -> TaskState:
+    try:
+        return TRANSITIONS[(state, event)]
+    except KeyError:
+        raise IllegalTransition(f"task in state {TaskState(state).name} cannot take event {event!r}") from None

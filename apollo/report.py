@@ -1,0 +1,206 @@
+"""The run report (schema apollo.report/1): every metric is computed here, once.
+
+Both runtimes feed a Recorder with the actors' Log effects; ``build_report``
+turns the records into the JSON that benchmarks, plots and checks read.
+Definitions:
+- task_queue_delay_s: start of the successful attempt minus the time the task
+  became ready (time spent waiting for a server, at the JM or in a PN queue);
+- locality: fractions of completed tasks that read input, by where it was;
+- utilization: busy CPU fraction of the cluster over the run, in time bins;
+- fairness: in time bins, each running job's CPU against its max-min fair
+  share of the cluster given what it could use (running + waiting tasks);
+  jain_index is Jain's index of min(1, got/fair) averaged over bins,
+  max_share_deficit the worst job's mean shortfall 1 - min(1, got/fair).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rm.tokens import water_fill
+
+SCHEMA = "apollo.report/1"
+SMALL_JOB_TASKS = 10
+
+# Columns of an "attempt" record (logged by the JM when an attempt ends).
+A_JOB, A_STAGE, A_TASK, A_ATTEMPT, A_SERVER, A_LOC, A_READY, A_DISPATCH, A_START, A_END, A_OUTCOME, \
+    A_OPP, A_CPU, A_HAS_INPUT = range(14)
+
+
+@dataclass
+class Recorder:
+    attempts: list = field(default_factory=list)
+    submitted: list = field(default_factory=list)     # (job_id, t, n_tasks)
+    done: list = field(default_factory=list)          # (job_id, ok, submitted_at, t, n_tasks, reason)
+    refused: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+    decisions: int = 0
+    preempted: int = 0
+
+    def __call__(self, kind: str, data: tuple, now: float) -> None:
+        if kind == "attempt":
+            self.attempts.append(data)
+        elif kind == "decisions":
+            self.decisions += data[0]
+        elif kind == "job_submitted":
+            self.submitted.append(data)
+        elif kind == "job_done":
+            self.done.append(data)
+        elif kind == "job_refused":
+            self.refused.append(data)
+        elif kind == "preempted":
+            self.preempted += 1
+        elif kind == "warn":
+            if len(self.warnings) < 1000:
+                self.warnings.append((now, data))
+
+
+def stats(x, keys=("mean", "p50", "p95", "p99")) -> dict[str, float]:
+    a = np.asarray(x, dtype=float)
+    if a.size == 0:
+        return {k: 0.0 for k in keys}
+    out = {}
+    for k in keys:
+        out[k] = float(a.mean()) if k == "mean" else float(np.percentile(a, float(k[1:])))
+    return out
+
+
+def _busy_integral(starts: np.ndarray, ends: np.ndarray, cpu: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """CPU-seconds busy between consecutive ``edges`` from attempts [start, end) holding ``cpu``."""
+    t = np.concatenate((starts, ends))
+    d = np.concatenate((cpu, -cpu))
+    o = np.argsort(t, kind="stable")
+    t, d = t[o], d[o]
+    level = np.cumsum(d)
+    F = np.concatenate(([0.0], np.cumsum(level[:-1] * np.diff(t)))) if len(t) else np.zeros(0)
+    if len(t) == 0:
+        return np.zeros(len(edges) - 1)
+    j = np.searchsorted(t, edges, side="right") - 1
+    Fe = np.where(j >= 0, F[np.maximum(j, 0)] + level[np.maximum(j, 0)] * (edges - t[np.maximum(j, 0)]), 0.0)
+    return np.diff(Fe)
+
+
+def utilization_series(rec: Recorder, capacity: float, t0: float, t1: float, bins: int = 2000):
+    att = rec.attempts
+    if not att or t1 <= t0 or capacity <= 0:
+        return np.zeros(0), 0.0
+    a = np.array([(r[A_START], r[A_END], r[A_CPU]) for r in att if r[A_START] >= 0], dtype=float)
+    if len(a) == 0:
+        return np.zeros(0), 0.0
+    n = int(min(bins, max(1, np.ceil(t1 - t0))))
+    edges = np.linspace(t0, t1, n + 1)
+    busy = _busy_integral(a[:, 0], np.maximum(a[:, 1], a[:, 0]), a[:, 2], edges)
+    dt = (t1 - t0) / n
+    return np.clip(busy / (dt * capacity), 0.0, 1.0), dt
+
+
+def fairness(rec: Recorder, capacity: float, t0: float, t1: float, bins: int = 100) -> dict[str, float]:
+    att = rec.attempts
+    if not att or t1 <= t0:
+        return {"jain_index": 1.0, "max_share_deficit": 0.0}
+    job = np.array([r[A_JOB] for r in att], dtype=np.int64)
+    ready = np.array([r[A_READY] for r in att])
+    start = np.array([r[A_START] for r in att])
+    end = np.array([r[A_END] for r in att])
+    cpu = np.array([r[A_CPU] for r in att])
+    uj, jid = np.unique(job, return_inverse=True)
+    started = start >= 0
+    wait_end = np.where(started, start, end)
+    deficit_sum = np.zeros(len(uj))
+    deficit_n = np.zeros(len(uj))
+    jains = []
+    for t in np.linspace(t0, t1, bins + 2)[1:-1]:
+        run = started & (start <= t) & (t < end)
+        wait = (ready <= t) & (t < wait_end)
+        got = np.bincount(jid[run], weights=cpu[run], minlength=len(uj))
+        demand = got + np.bincount(jid[wait], weights=cpu[wait], minlength=len(uj))
+        act = demand > 0
+        if act.sum() < 1:
+            continue
+        fair = water_fill(capacity, demand[act])
+        x = np.minimum(1.0, got[act] / np.maximum(fair, 1e-12))
+        if x.sum() > 0:
+            jains.append(x.sum() ** 2 / (len(x) * (x ** 2).sum()))
+        deficit_sum[act] += 1.0 - x
+        deficit_n[act] += 1
+    seen = deficit_n > 0
+    return {"jain_index": float(np.mean(jains)) if jains else 1.0,
+            "max_share_deficit": float((deficit_sum[seen] / deficit_n[seen]).max()) if seen.any() else 0.0}
+
+
+def build_report(rec: Recorder, *, mode: str, workload: dict, cluster: dict, scheduler: dict,
+                 capacity_cpus: float, wall_s: float, sim_time_s: float) -> dict[str, Any]:
+    att = rec.attempts
+    outcome = np.array([r[A_OUTCOME] for r in att]) if att else np.zeros(0, dtype=str)
+    ok = outcome == "done"
+    done_rows = [r for r, o in zip(att, ok) if o]
+    qdelay = [r[A_START] - r[A_READY] for r in done_rows if r[A_START] >= 0]
+    with_input = [r[A_LOC] for r in done_rows if r[A_HAS_INPUT]]
+    loc = np.bincount(np.array(with_input, dtype=np.int64), minlength=3) if with_input else np.zeros(3)
+    loc_total = max(loc.sum(), 1)
+    jobs_ok = [d for d in rec.done if d[1]]
+    jct = [d[3] - d[2] for d in jobs_ok]
+    small_jct = [d[3] - d[2] for d in jobs_ok if d[4] <= SMALL_JOB_TASKS]
+    t0 = min((s[1] for s in rec.submitted), default=0.0)
+    t1 = max((d[3] for d in rec.done), default=t0)
+    util, _ = utilization_series(rec, capacity_cpus, t0, t1)
+    util_stats = ({"mean": float(util.mean()), "p20": float(np.percentile(util, 20)),
+                   "p50": float(np.percentile(util, 50)), "p80": float(np.percentile(util, 80))}
+                  if len(util) else {"mean": 0.0, "p20": 0.0, "p50": 0.0, "p80": 0.0})
+    completed = int(ok.sum())
+    return {
+        "schema": SCHEMA,
+        "mode": mode,
+        "workload": workload,
+        "cluster": cluster,
+        "scheduler": scheduler,
+        "jobs": {"submitted": len(rec.submitted), "completed": len(jobs_ok),
+                 "failed": len(rec.done) - len(jobs_ok), "refused": len(rec.refused)},
+        "tasks": {"submitted": int(sum(s[2] for s in rec.submitted)), "completed": completed,
+                  "failed": int((outcome == "failed").sum()), "duplicates": 0, "clones": 0,
+                  "opportunistic": int(sum(1 for r in att if r[A_OPP])),
+                  "preempted": int((outcome == "preempted").sum())},
+        "job_completion_s": stats(jct),
+        "small_job_completion_s": stats(small_jct),
+        "task_queue_delay_s": stats(qdelay),
+        "locality": {"node": float(loc[0] / loc_total), "rack": float(loc[1] / loc_total),
+                     "remote": float(loc[2] / loc_total)},
+        "utilization": util_stats,
+        "fairness": fairness(rec, capacity_cpus, t0, t1),
+        "throughput": {"wall_s": wall_s, "tasks_per_wall_s": completed / wall_s if wall_s > 0 else 0.0,
+                       "decisions_per_wall_s": rec.decisions / wall_s if wall_s > 0 else 0.0},
+        "sim_time_s": sim_time_s,
+    }
+
+
+def write_report(report: dict, path: str | Path) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
+    tmp.replace(p)
+
+
+def summary_lines(r: dict) -> list[str]:
+    j, t, loc = r["jobs"], r["tasks"], r["locality"]
+    return [
+        f"{r['mode']} run of {r['workload']['name']} on {r['cluster']['servers']} servers / "
+        f"{r['cluster']['racks']} racks, scheduler {r['scheduler']['name']}",
+        f"jobs: {j['completed']}/{j['submitted']} completed, {j['failed']} failed; "
+        f"tasks: {t['completed']} completed, {t['failed']} failed attempts, "
+        f"{t['opportunistic']} opportunistic, {t['preempted']} preempted",
+        f"job completion s: mean {r['job_completion_s']['mean']:.1f}  p50 {r['job_completion_s']['p50']:.1f}  "
+        f"p95 {r['job_completion_s']['p95']:.1f}  p99 {r['job_completion_s']['p99']:.1f}",
+        f"small jobs (<= {SMALL_JOB_TASKS} tasks) s: mean {r['small_job_completion_s']['mean']:.1f}  "
+        f"p95 {r['small_job_completion_s']['p95']:.1f}",
+        f"task queue delay s: p50 {r['task_queue_delay_s']['p50']:.2f}  p95 {r['task_queue_delay_s']['p95']:.2f}",
+        f"locality: node {loc['node']:.1%}  rack {loc['rack']:.1%}  remote {loc['remote']:.1%}",
+        f"utilization: mean {r['utilization']['mean']:.1%}  p50 {r['utilization']['p50']:.1%}; "
+        f"fairness: Jain {r['fairness']['jain_index']:.3f}",
+        f"wall {r['throughput']['wall_s']:.1f} s for {r['sim_time_s']:.0f} simulated s: "
+        f"{r['throughput']['decisions_per_wall_s']:.0f} decisions/wall s",
+    ]

@@ -1,0 +1,129 @@
+"""Build a simulated cluster from the real actors and run a workload through it."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from apollo.cluster import IoModel, Topology
+from apollo.effects import Start
+from apollo.messages import JobAccepted, JobDone, SubmitJob
+from apollo.report import Recorder, build_report
+from apollo.runtime.sim import NetModel, SimRuntime
+from apollo.spec import Workload
+from jm.host import JmHost
+from jm.state import POLICIES, JmConfig
+from pn.state import PnConfig, PnState
+from rm.state import RmConfig, RmState
+from rm.tokens import make_token_policy
+
+
+@dataclass
+class SimConfig:
+    servers: int = 100
+    racks: int = 10
+    cores: float = 4.0
+    mem_gb: float = 16.0
+    scheduler: str = "apollo"
+    tokens: str = ""                 # token policy; default: fifo for fifo, else even
+    seed: int = 0
+    wire: bool = True                # encode every message to msgpack and back
+    net: NetModel = field(default_factory=NetModel)
+    io: IoModel = field(default_factory=IoModel)
+    heartbeat_s: float = 1.0
+    fail_prob: float = 0.0           # chance a task attempt fails (a flaky machine, a bad input)
+    slow_fraction: float = 0.0       # fraction of servers that run tasks slower (stragglers)
+    slow_factor: float = 3.0
+    crashes: list = field(default_factory=list)   # (time_s, server, down_for_s)
+    max_sim_s: float = float("inf")
+
+
+class TaskTruth:
+    """What really happens to a task in the simulator: its modelled compute time on this
+    server (slow servers stretch it), plus start-up and input I/O at the locality it got."""
+
+    def __init__(self, cfg: SimConfig, topo: Topology) -> None:
+        rng = np.random.default_rng(cfg.seed + 7)
+        self.slow = np.where(rng.random(topo.servers) < cfg.slow_fraction, cfg.slow_factor, 1.0)
+        self.io = cfg.io
+        self.fail_prob = cfg.fail_prob
+        self.rand = np.random.default_rng(cfg.seed + 11)
+
+    def __call__(self, address: str, task, locality: int) -> tuple[float, bool]:
+        server = int(address[3:])
+        dur = task.duration_s * self.slow[server] + self.io.io_time(task.input_bytes, locality)
+        if self.fail_prob and self.rand.random() < self.fail_prob:
+            return dur * self.rand.random(), False
+        return dur, True
+
+
+class Client:
+    """The submitting side: counts answers and stops the run when every job has one."""
+
+    def __init__(self, expected: int, runtime: SimRuntime) -> None:
+        self.expected = expected
+        self.runtime = runtime
+        self.finished = 0
+        self.results: dict[int, JobDone] = {}
+
+    def handle(self, event, now, rng):
+        if type(event) is JobDone:
+            self.results[event.job_id] = event
+            self.finished += 1
+        elif type(event) is JobAccepted and not event.accepted:
+            self.finished += 1
+        if self.finished >= self.expected:
+            self.runtime.stopped = True
+        return []
+
+
+def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Client, dict]:
+    if cfg.scheduler not in POLICIES:
+        raise ValueError(f"unknown scheduler {cfg.scheduler!r}; choose one of {', '.join(POLICIES)}")
+    topo = Topology(cfg.servers, cfg.racks, cfg.cores, cfg.mem_gb)
+    rec = Recorder()
+    rt = SimRuntime(seed=cfg.seed, net=cfg.net, wire=cfg.wire, task_model=TaskTruth(cfg, topo), log_sink=rec)
+    pncfg = PnConfig(cores=cfg.cores, mem_gb=cfg.mem_gb, heartbeat_s=cfg.heartbeat_s)
+    shapes = len(pncfg.cpu_grid) * len(pncfg.mem_grid)
+    token_name = cfg.tokens or ("fifo" if cfg.scheduler == "fifo" else "even")
+    rm = RmState(RmConfig(cfg.servers, shapes, cfg.cores, cfg.mem_gb, view_interval_s=cfg.heartbeat_s,
+                          dead_after_s=5 * cfg.heartbeat_s), make_token_policy(token_name))
+    jmcfg = JmConfig(topology=topo, policy=cfg.scheduler, io=cfg.io, cpu_grid=pncfg.cpu_grid,
+                     mem_grid=pncfg.mem_grid)
+    host = JmHost(jmcfg, shapes)
+    client = Client(len(workload.jobs), rt)
+    rt.add("rm", rm)
+    rt.add("jmhost", host)
+    rt.route_prefix("jm", "jmhost")
+    rt.add("client", client, start=False)
+    for s in range(cfg.servers):
+        rt.add(f"pn:{s}", PnState(s, pncfg))
+    for i, job in enumerate(workload.jobs):
+        rt.call_at(job.arrival_s, lambda i=i, job=job: rt.inject("rm", SubmitJob(i, job, "client")))
+    for t, server, down_for in cfg.crashes:
+        addr = f"pn:{server}"
+        rt.call_at(t, lambda a=addr: rt.crash(a))
+        rt.call_at(t + down_for, lambda a=addr, s=server: rt.restart(a, PnState(s, pncfg)))
+    meta = {"topology": topo, "token_policy": token_name}
+    return rt, rec, client, meta
+
+
+def run_simulation(workload: Workload, cfg: SimConfig) -> dict:
+    rt, rec, client, meta = build(cfg, workload)
+    t0 = time.perf_counter()
+    rt.run(until=cfg.max_sim_s)
+    wall = time.perf_counter() - t0
+    topo = meta["topology"]
+    policies = ["stable-matching", "opportunistic"] if cfg.scheduler == "apollo" else [cfg.scheduler]
+    return build_report(
+        rec, mode="sim",
+        workload={"name": workload.name, "jobs": len(workload.jobs), "tasks": workload.total_tasks},
+        cluster={"servers": cfg.servers, "racks": cfg.racks, "cores_per_server": cfg.cores,
+                 "mem_gb_per_server": cfg.mem_gb},
+        scheduler={"name": cfg.scheduler, "policies": policies + [f"tokens:{meta['token_policy']}"],
+                   "config": {"seed": cfg.seed, "wire": cfg.wire, "heartbeat_s": cfg.heartbeat_s,
+                              "latency_s": cfg.net.latency_s, "loss": cfg.net.loss,
+                              "fail_prob": cfg.fail_prob, "slow_fraction": cfg.slow_fraction,
+                              "crashes": len(cfg.crashes)}},
+        capacity_cpus=topo.total_cores, wall_s=wall, sim_time_s=rt.now)

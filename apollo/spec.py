@@ -1,0 +1,136 @@
+"""Job and stage specifications: what a user (or a trace reader) submits.
+
+A job is a DAG of stages; a stage is a set of identical-shaped tasks. The
+per-task ``durations_s`` are the *modelled compute time* of each task (the
+truth the simulator and synthetic live tasks use); schedulers never read them
+directly: they see only ``estimate_s`` (the stage's declared mean) and refine
+it from finished tasks. Input I/O time comes on top, by the locality a task
+gets (see apollo.cluster.IoModel).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class SpecError(ValueError):
+    """A job or stage specification that cannot be accepted; the message names what and where."""
+
+
+@dataclass(slots=True)
+class StageSpec:
+    name: str
+    tasks: int
+    durations_s: np.ndarray            # float64[tasks]: modelled compute seconds per task
+    cpu: float = 1.0
+    mem_gb: float = 2.0
+    input_bytes: np.ndarray | None = None   # float64[tasks]: bytes each task reads (None: no input)
+    dataset: str | None = None         # name of the input dataset; task i reads block i
+    depends_on: tuple[str, ...] = ()
+    command: tuple[str, ...] | None = None  # live only: a real command instead of a synthetic task
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    timeout_s: float | None = None
+
+    @property
+    def estimate_s(self) -> float:
+        """The declared per-task runtime estimate a scheduler may use (the stage mean)."""
+        return float(self.durations_s.mean()) if self.tasks else 0.0
+
+    def validate(self, where: str = "") -> None:
+        at = f"{where}stage {self.name!r}"
+        if not self.name:
+            raise SpecError(f"{where}a stage has an empty name")
+        if self.tasks < 1:
+            raise SpecError(f"{at}: tasks must be >= 1, got {self.tasks}")
+        if self.durations_s.shape != (self.tasks,):
+            raise SpecError(f"{at}: durations_s has shape {self.durations_s.shape}, expected ({self.tasks},)")
+        if not np.all(np.isfinite(self.durations_s)) or np.any(self.durations_s < 0):
+            raise SpecError(f"{at}: durations_s must be finite and >= 0")
+        if not (self.cpu > 0) or not (self.mem_gb > 0):
+            raise SpecError(f"{at}: cpu and mem_gb must be > 0 (cpu={self.cpu}, mem_gb={self.mem_gb})")
+        if self.input_bytes is not None:
+            if self.input_bytes.shape != (self.tasks,):
+                raise SpecError(f"{at}: input_bytes has shape {self.input_bytes.shape}, expected ({self.tasks},)")
+            if np.any(self.input_bytes < 0):
+                raise SpecError(f"{at}: input_bytes must be >= 0")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise SpecError(f"{at}: timeout_s must be > 0")
+
+
+@dataclass(slots=True)
+class JobSpec:
+    name: str
+    stages: list[StageSpec]
+    arrival_s: float = 0.0
+    priority: int = 0
+    max_retries: int = 3
+    user: str = "default"
+    queue: str = "default"
+
+    @property
+    def total_tasks(self) -> int:
+        return sum(s.tasks for s in self.stages)
+
+    @property
+    def work_cpu_s(self) -> float:
+        """Modelled CPU-seconds of compute (no I/O): what --load scales against."""
+        return float(sum(s.cpu * s.durations_s.sum() for s in self.stages))
+
+    def validate(self, where: str = "") -> None:
+        if not self.stages:
+            raise SpecError(f"{where}job {self.name!r} has no stages")
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise SpecError(f"{where}job {self.name!r}: duplicate stage names {names}")
+        known: set[str] = set()
+        for s in self.stages:
+            s.validate(f"{where}job {self.name!r}: ")
+            for d in s.depends_on:
+                if d not in names:
+                    raise SpecError(f"{where}job {self.name!r}: stage {s.name!r} depends on unknown stage {d!r}")
+                if d not in known:
+                    raise SpecError(
+                        f"{where}job {self.name!r}: stage {s.name!r} depends on {d!r}, "
+                        "which must be listed before it (stages are given in topological order)")
+            known.add(s.name)
+        if self.max_retries < 0:
+            raise SpecError(f"{where}job {self.name!r}: max_retries must be >= 0")
+
+
+@dataclass(slots=True)
+class Workload:
+    """A named list of jobs ordered by arrival time."""
+    name: str
+    jobs: list[JobSpec]
+
+    @property
+    def total_tasks(self) -> int:
+        return sum(j.total_tasks for j in self.jobs)
+
+    def first(self, k: int | None) -> "Workload":
+        if k is None:
+            return self
+        return Workload(self.name, self.jobs[:k])
+
+    def scaled_to_load(self, load: float, total_cores: float) -> "Workload":
+        """Rescale arrival times so the offered CPU work is ``load`` of the cluster's cores.
+
+        Offered load = total CPU-seconds / (cores * arrival span). The span is
+        stretched (or squeezed) by one factor; relative spacing is kept.
+        """
+        if not 0 < load:
+            raise SpecError(f"--load must be > 0, got {load}")
+        if len(self.jobs) < 2:
+            return self
+        t0 = self.jobs[0].arrival_s
+        span = self.jobs[-1].arrival_s - t0
+        work = sum(j.work_cpu_s for j in self.jobs)
+        if span <= 0 or work <= 0:
+            return self
+        target_span = work / (load * total_cores)
+        factor = target_span / span
+        for j in self.jobs:
+            j.arrival_s = (j.arrival_s - t0) * factor
+        return self

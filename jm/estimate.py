@@ -1,0 +1,61 @@
+"""Estimation of each (task, candidate server) pair: Apollo's E = I + W + R and cost C.
+
+I: start-up plus reading the task's input at node / rack / remote bandwidth;
+W: the server's expected wait for the task's shape, from its wait-time matrix,
+   made pessimistic with age (an old reading is trusted less) and raised by
+   the work this JM itself sent there after the reading;
+R: the stage's runtime estimate, refined from its finished tasks;
+C = Psucc*E + Kfail*(1-Psucc)*E, Psucc from the failures this JM saw per server,
+plus a tiny random term so that JMs do not all break ties the same way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from apollo.cluster import NODE, RACK, REMOTE, IoModel
+
+
+@dataclass(slots=True)
+class EstimateConfig:
+    kfail: float = 2.0
+    stale_penalty: float = 0.25      # seconds of wait added per second of matrix age
+    max_stale_s: float = 30.0
+    tie_noise_s: float = 0.01
+    failure_prior: float = 0.002     # prior failure probability of any server
+
+
+def localities(cand: np.ndarray, reps: np.ndarray, rack_of: np.ndarray) -> np.ndarray:
+    """uint8[B, K]: NODE/RACK/REMOTE of each candidate for each task (reps -1: no input)."""
+    has = reps[:, 0] >= 0
+    node = (cand[:, :, None] == reps[:, None, :]).any(axis=2)
+    rc = rack_of[cand]
+    rr = np.where(reps >= 0, rack_of[np.maximum(reps, 0)], -1)
+    rack = (rc[:, :, None] == rr[:, None, :]).any(axis=2)
+    loc = np.where(node, NODE, np.where(rack, RACK, REMOTE)).astype(np.uint8)
+    loc[~has] = REMOTE
+    return loc
+
+
+def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.ndarray,
+          shape_idx: np.ndarray, now: float, view, extra: np.ndarray | None,
+          extra_since: np.ndarray | None, fail_rate: np.ndarray | None, io: IoModel,
+          cfg: EstimateConfig, rng) -> tuple[np.ndarray, np.ndarray]:
+    """(C, E) float[B, K] for candidate matrix ``cand``; infeasible entries are inf."""
+    bw = io.bandwidths()
+    I = io.init_s + in_bytes[:, None] / bw[loc]
+    wait = view.matrices[cand, shape_idx[:, None]].astype(np.float64)
+    age = np.clip(now - view.stamps[cand], 0.0, cfg.max_stale_s)
+    W = wait + cfg.stale_penalty * age
+    if extra is not None:
+        # Work this JM sent after the server's last reading was taken.
+        W += np.where(view.stamps[cand] <= extra_since[cand], extra[cand], 0.0)
+    E = I + W + runtime[:, None]
+    p_fail = cfg.failure_prior if fail_rate is None else np.maximum(fail_rate[cand], cfg.failure_prior)
+    C = (1.0 - p_fail) * E + cfg.kfail * p_fail * E
+    if cfg.tie_noise_s > 0:
+        C = C + rng.random(C.shape) * cfg.tie_noise_s
+    dead = ~view.alive[cand] | (wait >= 1e8)
+    C[dead] = np.inf
+    return C, E

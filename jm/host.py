@@ -1,0 +1,78 @@
+"""A JM host: one actor that carries the JMs of many jobs and their shared cluster view.
+
+The host creates a JM when the RM admits a job (StartJob), routes each
+message and timer to its JM by job id, folds every matrix it hears of into
+the shared ViewCache, and drops a JM once its job has finished.
+"""
+from __future__ import annotations
+
+from apollo.effects import CancelTimer, Log, SetTimer, Timer
+from apollo.messages import CancelJob, ClusterView, StartJob, StatusBatch, TokenGrant
+
+from .state import JmConfig, JmState
+from .view import ViewCache
+
+
+class JmHost:
+    def __init__(self, config: JmConfig, shapes: int) -> None:
+        self.cfg = config
+        self.view = ViewCache(config.topology.servers, shapes)
+        self.jms: dict[int, JmState] = {}
+        self.started = 0
+
+    def handle(self, event, now: float, rng) -> list:
+        t = type(event)
+        if t is StatusBatch:
+            self.view.apply_row(event.server, event.matrix, event.matrix_time)
+            return self._route(event.job_id, event, now, rng)
+        if t is ClusterView:
+            try:
+                self.view.apply_view(event)
+            except ValueError as e:
+                return [Log("warn", (str(e),))]
+            out: list = []
+            for job_id, jm in list(self.jms.items()):
+                out.extend(self._wrap(job_id, jm.on_view(now, rng)))
+                self._reap(job_id, jm)
+            return out
+        if t is Timer:
+            job_id, key = event.key
+            return self._route(job_id, Timer(key), now, rng)
+        if t is StartJob:
+            return self._start(event, now, rng)
+        if t is TokenGrant or t is CancelJob:
+            return self._route(event.job_id, event, now, rng)
+        return [Log("warn", (f"jm host ignored {t.__name__}",))]
+
+    def _start(self, msg: StartJob, now: float, rng) -> list:
+        if msg.job_id in self.jms:
+            return []   # the RM re-admitted a job we already run (it restarted)
+        jm = JmState(msg.job_id, msg.spec, msg.tokens, msg.submitted_at, self.cfg, self.view, msg.reply_to)
+        self.jms[msg.job_id] = jm
+        self.started += 1
+        out = self._wrap(msg.job_id, jm.start(now, rng))
+        self._reap(msg.job_id, jm)
+        return out
+
+    def _route(self, job_id: int, event, now: float, rng) -> list:
+        jm = self.jms.get(job_id)
+        if jm is None:
+            return []   # a job that already finished: late reports are expected
+        out = self._wrap(job_id, jm.handle(event, now, rng))
+        self._reap(job_id, jm)
+        return out
+
+    def _reap(self, job_id: int, jm: JmState) -> None:
+        if jm.finished:
+            del self.jms[job_id]
+
+    @staticmethod
+    def _wrap(job_id: int, effects: list) -> list:
+        """Scope the JM's timer keys by job so that one host can carry many JMs."""
+        for i, e in enumerate(effects):
+            te = type(e)
+            if te is SetTimer:
+                effects[i] = SetTimer(e.delay, (job_id, e.key))
+            elif te is CancelTimer:
+                effects[i] = CancelTimer((job_id, e.key))
+        return effects

@@ -1,0 +1,121 @@
+"""Assignment of a batch of tasks to servers.
+
+Inputs are dense per-task candidate rows: ``cand[b, k]`` is the k-th candidate
+server of task b and ``cost[b, k]`` its estimated cost (inf: not a candidate).
+A row must not repeat a server (callers mark repeats inf).
+
+Stable matching is Apollo's variant of deferred acceptance: every unmatched
+task proposes to its cheapest server not yet tried; a server holding several
+proposals keeps the task with the largest *saving* (how much worse off the
+task would be at its best other option) and rejects the rest; rejected tasks
+propose again. Savings are fixed per (task, server), so the result is stable:
+no task prefers a server whose kept task has a smaller saving there. Each
+server gets at most one task per batch; ``max_rounds`` bounds the work.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+UNMATCHED = -1
+_SAVING_CAP = 1e12   # a task with a single option: losing it costs "everything"
+
+
+def savings(cost: np.ndarray) -> np.ndarray:
+    """saving[b, k] = (task b's best cost among its other candidates) - cost[b, k]."""
+    B, K = cost.shape
+    if K == 1:
+        return np.where(np.isfinite(cost), _SAVING_CAP, -np.inf)
+    two = np.argpartition(cost, 1, axis=1)[:, :2]
+    rows = np.arange(B)
+    c0 = cost[rows, two[:, 0]]
+    c1 = cost[rows, two[:, 1]]
+    swap = c1 < c0
+    best_k = np.where(swap, two[:, 1], two[:, 0])
+    best = np.minimum(c0, c1)
+    second = np.maximum(c0, c1)
+    alt = np.where(np.arange(K)[None, :] == best_k[:, None], second[:, None], best[:, None])
+    with np.errstate(invalid="ignore"):
+        sav = np.where(np.isfinite(alt), alt - cost, _SAVING_CAP)
+    return np.where(np.isfinite(cost), sav, -np.inf)
+
+
+def stable_match(cand: np.ndarray, cost: np.ndarray, max_rounds: int = 32) -> np.ndarray:
+    """Server per task (UNMATCHED if none this batch)."""
+    B, K = cost.shape
+    result = np.full(B, UNMATCHED, dtype=np.int64)
+    if B == 0 or K == 0:
+        return result
+    sav = savings(cost)
+    order = np.argsort(cost, axis=1, kind="stable")
+    n_opts = np.isfinite(cost).sum(axis=1)
+    ptr = np.zeros(B, dtype=np.int64)          # index into order: the server proposed to / held
+    match = np.full(B, -1, dtype=np.int64)     # column k held, -1 if free
+    tasks = np.arange(B)
+    free = n_opts > 0
+    for _ in range(max_rounds):
+        pt = tasks[free]
+        if len(pt) == 0:
+            break
+        pk = order[pt, ptr[pt]]
+        ht = tasks[match >= 0]
+        hk = match[ht]
+        T = np.concatenate((pt, ht))
+        Kc = np.concatenate((pk, hk))
+        S = cand[T, Kc]
+        SV = sav[T, Kc]
+        o = np.lexsort((T, -SV, S))            # by server, then largest saving, then task id
+        Ss = S[o]
+        first = np.empty(len(o), dtype=bool)
+        first[0] = True
+        np.not_equal(Ss[1:], Ss[:-1], out=first[1:])
+        win = o[first]
+        lose = T[o[~first]]
+        match[lose] = -1
+        ptr[lose] += 1
+        match[T[win]] = Kc[win]
+        free = (match < 0) & (ptr < n_opts)
+    ok = match >= 0
+    result[ok] = cand[tasks[ok], match[ok]]
+    return result
+
+
+def greedy_match(cand: np.ndarray, cost: np.ndarray, load: np.ndarray | None = None) -> np.ndarray:
+    """Each task in row order takes its cheapest candidate; a taken server's cost for later
+    tasks rises by ``load[b]`` (the taker's expected occupancy), updating as it goes."""
+    B, K = cost.shape
+    result = np.full(B, UNMATCHED, dtype=np.int64)
+    added: dict[int, float] = {}
+    for b in range(B):
+        row = cost[b]
+        if added:
+            row = row + np.array([added.get(int(s), 0.0) for s in cand[b]])
+        k = int(np.argmin(row))
+        if not np.isfinite(row[k]):
+            continue
+        s = int(cand[b, k])
+        result[b] = s
+        added[s] = added.get(s, 0.0) + (float(load[b]) if load is not None else 0.0)
+    return result
+
+
+def is_stable(cand: np.ndarray, cost: np.ndarray, assigned: np.ndarray) -> bool:
+    """No blocking pair: a task that prefers a server over its match, where the server's
+    kept task has a strictly smaller saving (or the server is free and was never taken)."""
+    sav = savings(cost)
+    B, K = cost.shape
+    holder_sav: dict[int, float] = {}
+    for b in range(B):
+        if assigned[b] != UNMATCHED:
+            k = int(np.flatnonzero(cand[b] == assigned[b])[0])
+            holder_sav[int(assigned[b])] = float(sav[b, k])
+    for b in range(B):
+        mine = np.inf
+        if assigned[b] != UNMATCHED:
+            mine = float(cost[b, int(np.flatnonzero(cand[b] == assigned[b])[0])])
+        for k in range(K):
+            if not np.isfinite(cost[b, k]) or cost[b, k] >= mine:
+                continue
+            s = int(cand[b, k])
+            if s not in holder_sav or holder_sav[s] < sav[b, k]:
+                return False
+    return True

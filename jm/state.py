@@ -1,0 +1,526 @@
+"""The Job Manager: one per job; plans where the job's tasks run.
+
+Pure state machine. The JM keeps the job's DAG and every task's lifecycle
+(apollo.lifecycle), a ready list ordered by priority (stage critical path,
+then larger input first), and on every change runs a scheduling pass:
+candidate sets -> estimation -> the placement policy (stable matching for
+Apollo; greedy, random and FIFO as baselines) -> dispatch in order of
+quality while tokens last, then as opportunistic tasks up to the job's
+allowance. Failed tasks are retried elsewhere; a task out of retries fails
+the job.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from apollo.cluster import REMOTE, IoModel, Topology
+from apollo.effects import Log, Send, SetTimer, Timer
+from apollo.lifecycle import TaskState, step
+from apollo.messages import (CancelJob, Dispatch, JobDemand, JobDone, KillTask, StatusBatch,
+                             TaskSpec, TokenGrant)
+from apollo.spec import JobSpec
+from pn.state import shape_index
+
+from . import estimate as est
+from .candidates import candidate_rows
+from .matching import UNMATCHED, greedy_match, stable_match
+
+S = TaskState
+POLICIES = ("apollo", "greedy", "random", "fifo")
+
+
+@dataclass(slots=True)
+class JmConfig:
+    topology: Topology
+    policy: str = "apollo"
+    io: IoModel = field(default_factory=IoModel)
+    estimate: est.EstimateConfig = field(default_factory=est.EstimateConfig)
+    cpu_grid: tuple[float, ...] = (1.0, 2.0, 4.0)
+    mem_grid: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0)
+    max_batch: int = 2000
+    max_batches_per_pass: int = 16
+    max_rounds: int = 32
+    per_rack: int = 2
+    retry_s: float = 0.5
+    opportunistic: bool = True        # Apollo only: dispatch beyond tokens as opportunistic
+    opportunistic_factor: float = 1.0  # allowance = factor * tokens
+    rm: str = "rm"
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown scheduler {self.policy!r}; choose one of {', '.join(POLICIES)}")
+
+
+class Stage:
+    __slots__ = ("index", "spec", "offset", "n", "parents", "children", "remaining", "est_runtime",
+                 "obs_n", "obs_sum", "reps", "in_bytes", "shape", "priority", "ready", "released")
+
+    def __init__(self, index: int, spec, offset: int) -> None:
+        self.index = index
+        self.spec = spec
+        self.offset = offset
+        self.n = spec.tasks
+        self.parents: list[int] = []
+        self.children: list[int] = []
+        self.remaining = spec.tasks
+        self.est_runtime = spec.estimate_s
+        self.obs_n = 0
+        self.obs_sum = 0.0
+        self.reps: np.ndarray | None = None
+        self.in_bytes = spec.input_bytes if spec.input_bytes is not None else np.zeros(spec.tasks)
+        self.shape = 0
+        self.priority = 0.0
+        self.ready: deque[int] = deque()
+        self.released = False
+
+    def observe(self, compute_s: float) -> None:
+        """Refine the runtime estimate from a finished task (the declared estimate counts once)."""
+        self.obs_n += 1
+        self.obs_sum += compute_s
+        self.est_runtime = (self.spec.estimate_s + self.obs_sum) / (1 + self.obs_n)
+
+
+class JmState:
+    def __init__(self, job_id: int, spec: JobSpec, tokens: int, submitted_at: float,
+                 config: JmConfig, view, reply_to: str = "") -> None:
+        self.job_id = job_id
+        self.spec = spec
+        self.tokens = tokens
+        self.submitted_at = submitted_at
+        self.cfg = config
+        self.view = view
+        self.reply_to = reply_to
+        topo = config.topology
+        self.stages: list[Stage] = []
+        offset = 0
+        names = {}
+        for i, s in enumerate(spec.stages):
+            st = Stage(i, s, offset)
+            names[s.name] = i
+            st.parents = [names[d] for d in s.depends_on]
+            for p in st.parents:
+                self.stages[p].children.append(i)
+            if s.dataset is not None:
+                st.reps = topo.replicas(s.dataset, np.arange(s.tasks)).astype(np.int64)
+            st.shape = shape_index(s.cpu, s.mem_gb, config.cpu_grid, config.mem_grid)
+            self.stages.append(st)
+            offset += s.tasks
+        n = offset
+        self.n = n
+        self.stage_of = np.repeat(np.arange(len(self.stages), dtype=np.int32), [s.n for s in self.stages])
+        self.state = np.full(n, int(S.PENDING), dtype=np.int8)
+        self.attempt = np.zeros(n, dtype=np.int32)
+        self.failures = np.zeros(n, dtype=np.int32)
+        self.server = np.full(n, -1, dtype=np.int64)
+        self.opp = np.zeros(n, dtype=bool)
+        self.ready_t = np.zeros(n)
+        self.dispatch_t = np.zeros(n)
+        self.start_t = np.full(n, -1.0)
+        self.locality = np.full(n, REMOTE, dtype=np.int8)
+        self.used_tokens = 0.0
+        self.outstanding_opp = 0.0
+        self.done = 0
+        self.finished = False
+        self.failed_reason = ""
+        self._extra: np.ndarray | None = None       # wait this JM added per server since its reading
+        self._extra_since: np.ndarray | None = None
+        self._sent_cpu: np.ndarray | None = None     # CPUs this JM sent per server since its reading
+        self._fail_rate: np.ndarray | None = None
+        self._fail_seen: dict[int, int] = {}
+        self._retry_pending = False
+        self._last_demand = -1
+        self._prioritise()
+
+    # ---- setup ---------------------------------------------------------------
+    def _prioritise(self) -> None:
+        """Stage priority = its runtime estimate plus the longest chain below it (critical path)."""
+        for st in reversed(self.stages):
+            below = max((self.stages[c].priority for c in st.children), default=0.0)
+            st.priority = st.est_runtime + below
+        self._stage_order = sorted(range(len(self.stages)), key=lambda i: -self.stages[i].priority)
+
+    def _release_stage(self, st: Stage, now: float) -> None:
+        st.released = True
+        ids = st.offset + np.argsort(-st.in_bytes, kind="stable")  # larger input first
+        self.state[st.offset:st.offset + st.n] = int(S.READY)
+        self.ready_t[st.offset:st.offset + st.n] = now
+        st.ready.extend(ids.tolist())
+
+    # ---- event entry -----------------------------------------------------------
+    def start(self, now: float, rng) -> list:
+        out: list = [Log("job_started", (self.job_id, now))]
+        for st in self.stages:
+            if not st.parents:
+                self._release_stage(st, now)
+        self._schedule(now, rng, out)
+        return out
+
+    def handle(self, event, now: float, rng) -> list:
+        if self.finished:
+            return []
+        t = type(event)
+        out: list = []
+        if t is StatusBatch:
+            self._on_status(event, now, rng, out)
+        elif t is TokenGrant:
+            self.tokens = event.tokens
+            self._schedule(now, rng, out)
+        elif t is Timer:
+            if event.key == "retry":
+                self._retry_pending = False
+                self._schedule(now, rng, out)
+        elif t is CancelJob:
+            self._finish(False, "cancelled", now, out)
+        return out
+
+    def on_view(self, now: float, rng) -> list:
+        """The host's view changed: recover tasks on lost servers, reschedule, report demand."""
+        if self.finished:
+            return []
+        out: list = []
+        act = (self.state == S.DISPATCHED) | (self.state == S.RUNNING)
+        if act.any():
+            ids = np.flatnonzero(act)
+            srv = self.server[ids]
+            lost = ~self.view.alive[srv] | (self.view.boot_times[srv] > self.dispatch_t[ids])
+            for t in ids[lost].tolist():
+                self._attempt_over(t, now, out, "fail", f"server {int(self.server[t])} lost", blame=False)
+        if not self.finished:
+            self._schedule(now, rng, out)
+            demand = self._demand()
+            if demand != self._last_demand:
+                self._last_demand = demand
+                out.append(Send(self.cfg.rm, JobDemand(self.job_id, demand, int(act.sum()))))
+        return out
+
+    def _demand(self) -> int:
+        """CPUs this job could use now: ready plus outstanding tasks."""
+        ready = sum(len(st.ready) * st.spec.cpu for st in self.stages)
+        return int(round(ready + self.used_tokens + self.outstanding_opp))
+
+    # ---- status ----------------------------------------------------------------
+    def _on_status(self, msg: StatusBatch, now: float, rng, out: list) -> None:
+        changed = False
+        for r in msg.reports:
+            t = self._task_id(r.task)
+            if t < 0 or r.attempt != self.attempt[t]:
+                continue  # a stale attempt (duplicate, retried) or a stranger
+            cur = self.state[t]
+            if cur != S.DISPATCHED and cur != S.RUNNING:
+                continue
+            if r.state == S.RUNNING:
+                self.state[t] = step(S(cur), "start")
+                self.start_t[t] = r.t_start
+            elif r.state == S.DONE:
+                self.start_t[t] = r.t_start
+                self._task_done(t, r, msg.server, now, out)
+                changed = True
+            elif r.state == S.FAILED:
+                self.start_t[t] = r.t_start
+                self._attempt_over(t, now, out, "fail", r.detail or f"exit code {r.exit_code}",
+                                   blame=True, t_end=r.t_end)
+                changed = True
+            elif r.state == S.READY:      # preempted (opportunistic) or refused: no fault of the task
+                self.start_t[t] = r.t_start
+                self._attempt_over(t, now, out, "requeue", r.detail, blame=False, t_end=r.t_end)
+                changed = True
+            if self.finished:
+                return
+        if changed:
+            self._schedule(now, rng, out)
+
+    def _task_id(self, t: int) -> int:
+        return t if 0 <= t < self.n else -1
+
+    def _free_slot(self, t: int) -> None:
+        cpu = self.stages[self.stage_of[t]].spec.cpu
+        if self.opp[t]:
+            self.outstanding_opp -= cpu
+        else:
+            self.used_tokens -= cpu
+
+    def _log_attempt(self, t: int, outcome: str, t_end: float, out: list) -> None:
+        st = self.stages[self.stage_of[t]]
+        out.append(Log("attempt", (self.job_id, st.index, t - st.offset, int(self.attempt[t]),
+                                   int(self.server[t]), int(self.locality[t]), float(self.ready_t[t]),
+                                   float(self.dispatch_t[t]), float(self.start_t[t]), float(t_end),
+                                   outcome, bool(self.opp[t]), st.spec.cpu, st.reps is not None)))
+
+    def _task_done(self, t: int, r, server: int, now: float, out: list) -> None:
+        self.state[t] = step(S(self.state[t]), "finish")
+        self._free_slot(t)
+        self._log_attempt(t, "done", r.t_end, out)
+        st = self.stages[self.stage_of[t]]
+        io = self.cfg.io.io_time(float(st.in_bytes[t - st.offset]), int(self.locality[t]))
+        st.observe(max(0.0, (r.t_end - r.t_start) - io))
+        self.done += 1
+        st.remaining -= 1
+        if st.remaining == 0:
+            for c in st.children:
+                ch = self.stages[c]
+                if not ch.released and all(self.stages[p].remaining == 0 for p in ch.parents):
+                    self._release_stage(ch, now)
+        if self.done == self.n:
+            self._finish(True, "", now, out)
+
+    def _attempt_over(self, t: int, now: float, out: list, event: str, detail: str, blame: bool,
+                      t_end: float | None = None) -> None:
+        """An attempt ended without success: retry the task elsewhere, or give up on the job."""
+        self.state[t] = step(S(self.state[t]), event)
+        self._free_slot(t)
+        self._log_attempt(t, "preempted" if event == "requeue" else "failed", now if t_end is None else t_end, out)
+        srv = int(self.server[t])
+        if blame:
+            self.failures[t] += 1
+            self._note_failure(srv)
+        st = self.stages[self.stage_of[t]]
+        if event == "fail":
+            if self.failures[t] > self.spec.max_retries:
+                self.state[t] = step(S(self.state[t]), "give_up")
+                self._finish(False, f"task {st.spec.name}[{t - st.offset}] failed {int(self.failures[t])} "
+                                    f"times; last: {detail}", now, out)
+                return
+            self.state[t] = step(S(self.state[t]), "retry")
+        st.ready.appendleft(t)    # retries go first
+
+    def _note_failure(self, server: int) -> None:
+        if server < 0:
+            return
+        if self._fail_rate is None:
+            self._fail_rate = np.zeros(self.cfg.topology.servers)
+        k = self._fail_seen.get(server, 0) + 1
+        self._fail_seen[server] = k
+        self._fail_rate[server] = 1.0 - 0.5 ** k   # each failure there halves our trust in it
+
+    def _finish(self, ok: bool, reason: str, now: float, out: list) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self.failed_reason = reason
+        act = np.flatnonzero((self.state == S.DISPATCHED) | (self.state == S.RUNNING))
+        for t in act.tolist():
+            out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
+            self.state[t] = step(S(self.state[t]), "kill")
+        out.append(Send(self.cfg.rm, JobDone(self.job_id, ok, reason, now, self.done)))
+        out.append(Log("job_done", (self.job_id, ok, self.submitted_at, now, self.n, reason)))
+
+    # ---- scheduling ------------------------------------------------------------
+    def _pop_ready(self, k: int) -> list[int]:
+        got: list[int] = []
+        for i in self._stage_order:
+            q = self.stages[i].ready
+            while q and len(got) < k:
+                got.append(q.popleft())
+            if len(got) >= k:
+                break
+        return got
+
+    def _push_back(self, ids) -> None:
+        for t in reversed(list(ids)):
+            self.stages[self.stage_of[t]].ready.appendleft(t)
+
+    def _schedule(self, now: float, rng, out: list) -> None:
+        cfg = self.cfg
+        allow_opp = cfg.opportunistic and cfg.policy == "apollo"
+        placed_total = 0
+        blocked = False
+        for _ in range(cfg.max_batches_per_pass):
+            reg_room = self.tokens - self.used_tokens
+            opp_room = (cfg.opportunistic_factor * max(self.tokens, 1) - self.outstanding_opp) if allow_opp else 0.0
+            room = int(max(reg_room, 0) + max(opp_room, 0))
+            if room <= 0:
+                break
+            batch = self._pop_ready(min(room, cfg.max_batch))
+            if not batch:
+                break
+            ids = np.asarray(batch, dtype=np.int64)
+            servers, wait = self._place(ids, now, rng)
+            ok = servers != UNMATCHED
+            if not ok.any():
+                self._push_back(batch)
+                blocked = True
+                break
+            placed = ids[ok]
+            # Dispatch in order of quality: lowest expected wait first gets the tokens.
+            order = np.argsort(wait[ok], kind="stable")
+            placed, psrv = placed[order], servers[ok][order]
+            n_placed = self._dispatch(placed, psrv, now, reg_room, opp_room, out)
+            if n_placed < len(placed):
+                self._push_back(placed[n_placed:].tolist())
+            self._push_back([t for t, o in zip(batch, ok) if not o])
+            placed_total += n_placed
+            if n_placed == 0:
+                break
+            if not ok.all():
+                blocked = True
+        if placed_total:
+            out.append(Log("decisions", (placed_total,)))
+        if (blocked or cfg.policy == "fifo") and self._has_ready() and not self._retry_pending:
+            self._retry_pending = True
+            out.append(SetTimer(cfg.retry_s, "retry"))
+
+    def _has_ready(self) -> bool:
+        return any(st.ready for st in self.stages)
+
+    def _place(self, ids: np.ndarray, now: float, rng) -> tuple[np.ndarray, np.ndarray]:
+        """Server per task (UNMATCHED: not this pass) and the expected wait there."""
+        cfg = self.cfg
+        topo = cfg.topology
+        view = self.view
+        sidx = self.stage_of[ids]
+        B = len(ids)
+        if cfg.policy == "random":
+            alive = np.flatnonzero(view.alive)
+            if len(alive) == 0:
+                return np.full(B, UNMATCHED, dtype=np.int64), np.zeros(B)
+            srv = alive[rng.integers(0, len(alive), size=B)].astype(np.int64)
+            return srv, np.zeros(B)
+        reps = np.full((B, 3), -1, dtype=np.int64)
+        in_bytes = np.empty(B)
+        runtime = np.empty(B)
+        shape = np.empty(B, dtype=np.int64)
+        cpu = np.empty(B)
+        for i, st in enumerate(self.stages):
+            m = sidx == i
+            if not m.any():
+                continue
+            local = ids[m] - st.offset
+            if st.reps is not None:
+                reps[m] = st.reps[local]
+            in_bytes[m] = st.in_bytes[local]
+            runtime[m] = st.est_runtime
+            shape[m] = st.shape
+            cpu[m] = st.spec.cpu
+        cand, valid = candidate_rows(reps, topo, view.lightly_loaded, rng, per_rack=cfg.per_rack)
+        if cfg.policy == "fifo":
+            return self._place_fifo(cand, valid, reps, shape, cpu, now)
+        loc = est.localities(cand, reps, topo.rack_of)
+        C, E = est.costs(cand, loc, in_bytes, runtime, shape, now, view, self._extra, self._extra_since,
+                         self._fail_rate, cfg.io, cfg.estimate, rng)
+        C[~valid] = np.inf
+        if cfg.policy == "apollo":
+            srv = stable_match(cand, C, cfg.max_rounds)
+        else:  # greedy: each task in priority order, its earliest completion, updating as it goes
+            srv = greedy_match(cand, C, load=runtime * cpu / topo.cores)
+        wait = np.zeros(B)
+        ok = srv != UNMATCHED
+        if ok.any():
+            k = np.argmax(cand[ok] == srv[ok, None], axis=1)
+            wait[ok] = (E[ok, k] - runtime[ok])
+        return srv, wait
+
+    def _place_fifo(self, cand, valid, reps, shape, cpu, now) -> tuple[np.ndarray, np.ndarray]:
+        """Hadoop FIFO: a task goes only where a slot is free now, node-local first, then rack, then any."""
+        view = self.view
+        topo = self.cfg.topology
+        B = len(cand)
+        free = self._free_cpu_now()
+        srv = np.full(B, UNMATCHED, dtype=np.int64)
+        light = view.lightly_loaded
+        loc = est.localities(cand, reps, topo.rack_of)
+        for b in range(B):
+            choice = -1
+            for level in (0, 1, 2):
+                for k in np.flatnonzero(valid[b] & (loc[b] == level)):
+                    s = int(cand[b, k])
+                    if free.get(s, 0.0) >= cpu[b]:
+                        choice = s
+                        break
+                if choice >= 0:
+                    break
+            if choice < 0:
+                for s in light.tolist():
+                    if free.get(s, 0.0) >= cpu[b]:
+                        choice = s
+                        break
+            if choice >= 0:
+                srv[b] = choice
+                free[choice] = free[choice] - cpu[b]
+        return srv, np.zeros(B)
+
+    def _free_cpu_now(self) -> "dict[int, float]":
+        """CPUs free per server as the view reports them, less what this JM sent since."""
+        view = self.view
+        grid = self.cfg.cpu_grid
+        nm = len(self.cfg.mem_grid)
+
+        sent, since = self._sent_cpu, self._extra_since
+
+        class Free(dict):
+            def __missing__(d, s):
+                row = view.matrices[s]
+                f = 0.0
+                if view.alive[s]:
+                    for ci, c in enumerate(grid):
+                        if row[ci * nm] <= 0.0:
+                            f = c
+                if sent is not None and view.stamps[s] <= since[s]:
+                    f -= sent[s]
+                d[s] = f
+                return f
+        return Free()
+
+    def _dispatch(self, ids: np.ndarray, srv: np.ndarray, now: float, reg_room: float, opp_room: float,
+                  out: list) -> int:
+        cfg = self.cfg
+        topo = cfg.topology
+        by_server: dict[int, list] = {}
+        n = 0
+        if self._extra is None:
+            self._extra = np.zeros(topo.servers)
+            self._extra_since = np.full(topo.servers, -np.inf)
+            self._sent_cpu = np.zeros(topo.servers)
+        for t, s in zip(ids.tolist(), srv.tolist()):
+            st = self.stages[self.stage_of[t]]
+            spec = st.spec
+            if reg_room >= spec.cpu:
+                opp = False
+                reg_room -= spec.cpu
+                self.used_tokens += spec.cpu
+            elif opp_room >= spec.cpu:
+                opp = True
+                opp_room -= spec.cpu
+                self.outstanding_opp += spec.cpu
+            else:
+                break
+            i = t - st.offset
+            loc = REMOTE
+            if st.reps is not None:
+                r = st.reps[i]
+                if s in r:
+                    loc = 0
+                elif topo.rack_of[s] in topo.rack_of[r]:
+                    loc = 1
+            self.attempt[t] += 1
+            self.state[t] = step(S(self.state[t]), "dispatch")
+            self.server[t] = s
+            self.opp[t] = opp
+            self.dispatch_t[t] = now
+            self.start_t[t] = -1.0
+            self.locality[t] = loc
+            est_rt = st.est_runtime + cfg.io.io_time(float(st.in_bytes[i]), loc)
+            fresh = self._extra_since[s] < self.view.stamps[s]   # a reading newer than our last send
+            self._extra[s] = (0.0 if fresh else self._extra[s]) + est_rt * spec.cpu / topo.cores
+            self._sent_cpu[s] = (0.0 if fresh else self._sent_cpu[s]) + spec.cpu
+            self._extra_since[s] = now
+            by_server.setdefault(s, []).append(TaskSpec(
+                self.job_id, t, int(self.attempt[t]), st.index, spec.cpu, spec.mem_gb,
+                float(spec.durations_s[i]), float(st.in_bytes[i]), loc, est_rt, opp,
+                spec.command, spec.env, spec.cwd, spec.timeout_s, spec.command is not None))
+            n += 1
+        for s, tasks in by_server.items():
+            out.append(Send(f"pn:{s}", Dispatch(self.job_id, tasks)))
+        return n
+
+    # ---- invariants ------------------------------------------------------------
+    def validate(self) -> None:
+        act = (self.state == S.DISPATCHED) | (self.state == S.RUNNING)
+        cpu = np.array([self.stages[i].spec.cpu for i in self.stage_of]) if self.n else np.zeros(0)
+        assert abs(cpu[act & ~self.opp].sum() - self.used_tokens) < 1e-6, "token accounting broken"
+        assert abs(cpu[act & self.opp].sum() - self.outstanding_opp) < 1e-6, "opportunistic accounting broken"
+        assert self.done == int((self.state == S.DONE).sum())
+        queued = sorted(t for st in self.stages for t in st.ready)
+        assert queued == np.flatnonzero(self.state == S.READY).tolist(), "ready list out of sync"

@@ -1,0 +1,100 @@
+"""A server's resource profile over time: planning of the local queue and the wait-time matrix.
+
+The profile is a step function of free (cpu, mem) from ``now`` onwards, built
+from the running tasks' expected ends. Queued tasks are planned in FIFO
+order, each at the earliest time it fits for its whole expected runtime
+(conservative backfilling): a later task can start early only in a gap that
+no earlier task was planned into, so backfill never delays an earlier task's
+expected start. The wait-time matrix asks the same question for a
+hypothetical task of each grid shape appended to the queue, held until the
+end of the horizon, so a bigger shape never waits less than a smaller one.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+
+INF = math.inf
+
+
+class Profile:
+    """Free resources as a step function: free[k] holds on [times[k], times[k+1])."""
+    __slots__ = ("times", "cpu", "mem")
+
+    def __init__(self, now: float, free_cpu: float, free_mem: float,
+                 releases: list[tuple[float, float, float]]) -> None:
+        # releases: (time, cpu, mem) freed at that time by running tasks.
+        times = [now]
+        cpu = [free_cpu]
+        mem = [free_mem]
+        for t, c, m in sorted(releases):
+            t = max(t, now)
+            if t == times[-1]:
+                cpu[-1] += c
+                mem[-1] += m
+            else:
+                times.append(t)
+                cpu.append(cpu[-1] + c)
+                mem.append(mem[-1] + m)
+        self.times, self.cpu, self.mem = times, cpu, mem
+
+    def _split(self, t: float) -> int:
+        """Ensure a breakpoint at t (t >= times[0]); return its index."""
+        i = bisect.bisect_right(self.times, t) - 1
+        if self.times[i] == t:
+            return i
+        self.times.insert(i + 1, t)
+        self.cpu.insert(i + 1, self.cpu[i])
+        self.mem.insert(i + 1, self.mem[i])
+        return i + 1
+
+    def earliest_fit(self, c: float, m: float, duration: float) -> float:
+        """Earliest breakpoint time at which (c, m) stays free for ``duration``."""
+        times, cpu, mem = self.times, self.cpu, self.mem
+        n = len(times)
+        k = 0
+        eps = 1e-9
+        while k < n:
+            if cpu[k] + eps < c or mem[k] + eps < m:
+                k += 1
+                continue
+            end = times[k] + duration
+            j = k + 1
+            while j < n and times[j] < end:
+                if cpu[j] + eps < c or mem[j] + eps < m:
+                    break
+                j += 1
+            else:
+                return times[k]
+            k = j + 1
+        return INF  # never fits (larger than the server)
+
+    def reserve(self, start: float, duration: float, c: float, m: float) -> None:
+        i = self._split(start)
+        j = self._split(start + duration) if duration < INF else len(self.times)
+        for k in range(i, j):
+            self.cpu[k] -= c
+            self.mem[k] -= m
+
+    def wait_matrix(self, cpu_grid: tuple[float, ...], mem_grid: tuple[float, ...]) -> list[float]:
+        """Expected wait (from times[0]) for each grid shape held forever, row-major cpu x mem."""
+        n = len(self.times)
+        suf_c = [0.0] * n
+        suf_m = [0.0] * n
+        lc = lm = INF
+        for k in range(n - 1, -1, -1):
+            lc = min(lc, self.cpu[k])
+            lm = min(lm, self.mem[k])
+            suf_c[k] = lc
+            suf_m[k] = lm
+        t0 = self.times[0]
+        out = []
+        eps = 1e-9
+        for c in cpu_grid:
+            # suffix minima are non-decreasing in k, so the first fit is a binary search
+            kc = bisect.bisect_left(suf_c, c - eps)
+            for m in mem_grid:
+                km = bisect.bisect_left(suf_m, m - eps)
+                k = max(kc, km)
+                out.append(self.times[k] - t0 if k < n else INF)
+        return out

@@ -1,0 +1,278 @@
+"""The Process Node: one server's local queues and the tasks running on it.
+
+Pure state machine: ``handle(event, now, rng) -> effects``. Regular tasks run
+in FIFO order with conservative backfill (pn.queue); opportunistic tasks run
+only on resources no regular task is planned onto right now, are picked at
+random (weighted towards short ones), and are preempted the moment a regular
+task is planned to start and needs their room.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from apollo.effects import Kill, Launch, Log, Send, SetTimer, Start, TaskExited, Timer
+from apollo.lifecycle import TaskState, step
+from apollo.messages import Dispatch, Heartbeat, KillTask, StatusBatch, TaskReport, TaskSpec
+
+from .queue import Profile
+
+NEVER_S = 1e9  # a wait that cannot happen (the shape exceeds the server); finite for the wire
+
+
+@dataclass(slots=True)
+class PnConfig:
+    cores: float = 4.0
+    mem_gb: float = 16.0
+    cpu_grid: tuple[float, ...] = (1.0, 2.0, 4.0)
+    mem_grid: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0)
+    heartbeat_s: float = 1.0
+    rm: str = "rm"
+
+
+@dataclass(slots=True)
+class Attempt:
+    spec: TaskSpec
+    state: TaskState
+    queued_at: float
+    started_at: float = -1.0
+
+
+def shape_index(cpu: float, mem: float, cpu_grid: tuple, mem_grid: tuple) -> int:
+    """Index of the smallest grid shape that holds (cpu, mem); the largest one if none does."""
+    ci = next((i for i, c in enumerate(cpu_grid) if c >= cpu - 1e-9), len(cpu_grid) - 1)
+    mi = next((i for i, m in enumerate(mem_grid) if m >= mem - 1e-9), len(mem_grid) - 1)
+    return ci * len(mem_grid) + mi
+
+
+class PnState:
+    def __init__(self, server: int, config: PnConfig) -> None:
+        self.server = server
+        self.cfg = config
+        self.boot_time = 0.0
+        self.queue: list[Attempt] = []          # regular, FIFO
+        self.opp_queue: list[Attempt] = []
+        self.running: dict[tuple, Attempt] = {}
+        self.free_cpu = config.cores
+        self.free_mem = config.mem_gb
+        self._matrix: np.ndarray | None = None  # cached wait matrix (relative to _matrix_time)
+        self._matrix_time = 0.0
+        self._starts = (config.cores, config.mem_gb)
+
+    # ---- event entry -------------------------------------------------------
+    def handle(self, event, now: float, rng) -> list:
+        t = type(event)
+        if t is Dispatch:
+            return self._on_dispatch(event, now, rng)
+        if t is TaskExited:
+            return self._on_exit(event, now, rng)
+        if t is Timer:
+            return self._heartbeat(now, rearm=True)
+        if t is KillTask:
+            return self._on_kill(event, now, rng)
+        if t is Start:
+            self.boot_time = now
+            return self._heartbeat(now, rearm=True)
+        return [Log("warn", (f"pn:{self.server} ignored {t.__name__}",))]
+
+    # ---- handlers ----------------------------------------------------------
+    def _on_dispatch(self, msg: Dispatch, now: float, rng) -> list:
+        out: list = []
+        refused = []
+        cfg = self.cfg
+        for spec in msg.tasks:
+            if spec.cpu > cfg.cores + 1e-9 or spec.mem_gb > cfg.mem_gb + 1e-9:
+                refused.append(TaskReport(spec.job_id, spec.task, spec.attempt, int(TaskState.FAILED),
+                                          now, now, -1, f"needs {spec.cpu} cpu/{spec.mem_gb} GB; "
+                                          f"server {self.server} has {cfg.cores}/{cfg.mem_gb}"))
+                continue
+            a = Attempt(spec, TaskState.DISPATCHED, now)
+            if spec.opportunistic:
+                self.opp_queue.append(a)
+            elif not self.queue and spec.cpu <= self.free_cpu + 1e-9 and spec.mem_gb <= self.free_mem + 1e-9:
+                self._start(a, now, out, report=False)   # fast path: nothing ahead of it
+                continue
+            else:
+                self.queue.append(a)
+        self._matrix = None
+        reports: dict[int, list] = {}
+        if refused:
+            reports[msg.job_id] = refused
+        self._run_queues(now, rng, out, reports)
+        self._emit_reports(now, out, reports)
+        return out
+
+    def _on_exit(self, ev: TaskExited, now: float, rng) -> list:
+        a = self.running.pop(ev.task_key, None)
+        if a is None:
+            return []  # killed before it exited
+        self._release(a)
+        a.state = step(a.state, "finish" if ev.ok else "fail")
+        s = a.spec
+        out: list = []
+        reports = {s.job_id: [TaskReport(s.job_id, s.task, s.attempt, int(a.state), a.started_at, now,
+                                         ev.exit_code, ev.detail)]}
+        self._run_queues(now, rng, out, reports)
+        self._emit_reports(now, out, reports)
+        return out
+
+    def _on_kill(self, msg: KillTask, now: float, rng) -> list:
+        key = (msg.job_id, msg.task, msg.attempt)
+        out: list = []
+        a = self.running.pop(key, None)
+        if a is not None:
+            self._release(a)
+            out.append(Kill(key))
+        else:
+            for q in (self.queue, self.opp_queue):
+                for i, x in enumerate(q):
+                    if x.spec.key == key:
+                        a = q.pop(i)
+                        break
+                if a is not None:
+                    break
+        if a is None:
+            return out
+        a.state = step(a.state, "kill")
+        self._matrix = None
+        reports = {msg.job_id: [TaskReport(*key, int(a.state), a.started_at, now, -1, "killed")]}
+        self._run_queues(now, rng, out, reports)
+        self._emit_reports(now, out, reports)
+        return out
+
+    # ---- queue mechanics ---------------------------------------------------
+    def _start(self, a: Attempt, now: float, out: list, report: bool, reports: dict | None = None) -> None:
+        a.state = step(a.state, "start")
+        a.started_at = now
+        s = a.spec
+        self.running[s.key] = a
+        self.free_cpu -= s.cpu
+        self.free_mem -= s.mem_gb
+        self._matrix = None
+        out.append(Launch(s, s.locality))
+        if report and reports is not None:
+            reports.setdefault(s.job_id, []).append(
+                TaskReport(s.job_id, s.task, s.attempt, int(a.state), now, 0.0, 0, ""))
+
+    def _release(self, a: Attempt) -> None:
+        self.free_cpu += a.spec.cpu
+        self.free_mem += a.spec.mem_gb
+        self._matrix = None
+
+    def _profile(self, now: float, include_opportunistic: bool) -> Profile:
+        """Free resources over time; running opportunistic tasks count as free unless asked."""
+        free_c, free_m = self.free_cpu, self.free_mem
+        rel = []
+        for a in self.running.values():
+            s = a.spec
+            if s.opportunistic and not include_opportunistic:
+                free_c += s.cpu
+                free_m += s.mem_gb
+                continue
+            rel.append((a.started_at + s.est_runtime_s, s.cpu, s.mem_gb))
+        return Profile(now, free_c, free_m, rel)
+
+    def _plan(self, now: float) -> tuple[Profile, list[float]]:
+        prof = self._profile(now, include_opportunistic=False)
+        starts = []
+        for a in self.queue:
+            s = a.spec
+            t = prof.earliest_fit(s.cpu, s.mem_gb, s.est_runtime_s)
+            starts.append(t)
+            if t < float("inf"):
+                prof.reserve(t, s.est_runtime_s, s.cpu, s.mem_gb)
+        return prof, starts
+
+    def _run_queues(self, now: float, rng, out: list, reports: dict) -> None:
+        if self.queue:
+            _, starts = self._plan(now)
+            keep = []
+            for a, t in zip(self.queue, starts):
+                if t <= now:
+                    self._make_room(a.spec, now, out, reports)
+                    self._start(a, now, out, report=True, reports=reports)
+                else:
+                    keep.append(a)
+            self.queue = keep
+        if self.opp_queue:
+            self._run_opportunistic(now, rng, out, reports)
+
+    def _make_room(self, s: TaskSpec, now: float, out: list, reports: dict) -> None:
+        """Preempt opportunistic tasks, youngest first, until the regular task ``s`` fits."""
+        if s.cpu <= self.free_cpu + 1e-9 and s.mem_gb <= self.free_mem + 1e-9:
+            return
+        victims = sorted((a for a in self.running.values() if a.spec.opportunistic),
+                         key=lambda a: -a.started_at)
+        for v in victims:
+            if s.cpu <= self.free_cpu + 1e-9 and s.mem_gb <= self.free_mem + 1e-9:
+                break
+            vs = v.spec
+            del self.running[vs.key]
+            self._release(v)
+            v.state = step(v.state, "requeue")
+            out.append(Kill(vs.key))
+            out.append(Log("preempted", (vs.job_id, vs.task, vs.attempt, self.server, now)))
+            reports.setdefault(vs.job_id, []).append(
+                TaskReport(vs.job_id, vs.task, vs.attempt, int(v.state), v.started_at, now, -1, "preempted"))
+
+    def _run_opportunistic(self, now: float, rng, out: list, reports: dict) -> None:
+        # Room now = what no regular task (running or planned to start now) holds.
+        prof, _ = self._plan(now) if self.queue else (self._profile(now, False), None)
+        room_c = min(prof.cpu[0], self.free_cpu)
+        room_m = min(prof.mem[0], self.free_mem)
+        while self.opp_queue:
+            fits = [i for i, a in enumerate(self.opp_queue)
+                    if a.spec.cpu <= room_c + 1e-9 and a.spec.mem_gb <= room_m + 1e-9]
+            if not fits:
+                return
+            # Weighted random pick: shorter tasks are likelier (they free the room sooner).
+            w = np.array([1.0 / (1.0 + self.opp_queue[i].spec.est_runtime_s) for i in fits])
+            i = fits[int(rng.choice(len(fits), p=w / w.sum()))] if len(fits) > 1 else fits[0]
+            a = self.opp_queue.pop(i)
+            room_c -= a.spec.cpu
+            room_m -= a.spec.mem_gb
+            self._start(a, now, out, report=True, reports=reports)
+
+    # ---- the wait-time matrix ----------------------------------------------
+    def matrix(self, now: float) -> np.ndarray:
+        """Expected wait (s) for a new regular task of each grid shape, cpu-major."""
+        if self._matrix is None or self._matrix_time != now:
+            cfg = self.cfg
+            if not self.queue and not self.running:
+                w = [0.0 if c <= cfg.cores and m <= cfg.mem_gb else NEVER_S
+                     for c in cfg.cpu_grid for m in cfg.mem_grid]
+            else:
+                prof, _ = self._plan(now)
+                w = [min(x, NEVER_S) for x in prof.wait_matrix(cfg.cpu_grid, cfg.mem_grid)]
+            self._matrix = np.array(w, dtype=np.float32)
+            self._matrix_time = now
+        return self._matrix
+
+    def _heartbeat(self, now: float, rearm: bool) -> list:
+        out: list = [Send(self.cfg.rm, Heartbeat(self.server, self.boot_time, now, self.matrix(now),
+                                                 len(self.running), len(self.queue) + len(self.opp_queue),
+                                                 self.free_cpu))]
+        if rearm:
+            out.append(SetTimer(self.cfg.heartbeat_s, "hb"))
+        return out
+
+    def _emit_reports(self, now: float, out: list, reports: dict) -> None:
+        if not reports:
+            return
+        m = self.matrix(now)
+        for job_id, reps in reports.items():
+            out.append(Send(f"jm:{job_id}", StatusBatch(job_id, self.server, reps, m, now)))
+
+    # ---- invariants --------------------------------------------------------
+    def validate(self) -> None:
+        cfg = self.cfg
+        used_c = sum(a.spec.cpu for a in self.running.values())
+        used_m = sum(a.spec.mem_gb for a in self.running.values())
+        assert abs(used_c + self.free_cpu - cfg.cores) < 1e-6, "cpu accounting broken"
+        assert abs(used_m + self.free_mem - cfg.mem_gb) < 1e-6, "memory accounting broken"
+        assert self.free_cpu >= -1e-6 and self.free_mem >= -1e-6, "over-committed server"
+        for a in self.running.values():
+            assert a.state == TaskState.RUNNING
+        for a in self.queue + self.opp_queue:
+            assert a.state == TaskState.DISPATCHED

@@ -1,0 +1,72 @@
+"""Durable job store: submitted jobs survive an RM restart.
+
+The simulator uses the in-memory store; a live RM uses SQLite in WAL mode,
+writing each submission before it is acknowledged.
+"""
+from __future__ import annotations
+
+import sqlite3
+from typing import Iterator
+
+import msgpack
+
+from apollo.messages import JOB
+from apollo.spec import JobSpec
+
+
+class JobStore:
+    def put(self, job_id: int, spec: JobSpec, submitted_at: float, reply_to: str) -> None: ...
+    def finish(self, job_id: int, state: str, reason: str, at: float) -> None: ...
+    def unfinished(self) -> Iterator[tuple[int, JobSpec, float, str]]: ...
+    def all(self) -> list[tuple[int, str, str, float, float | None, str]]: ...
+
+
+class MemoryJobStore(JobStore):
+    def __init__(self) -> None:
+        self.rows: dict[int, list] = {}
+
+    def put(self, job_id, spec, submitted_at, reply_to):
+        self.rows[job_id] = [spec, submitted_at, reply_to, "running", None, ""]
+
+    def finish(self, job_id, state, reason, at):
+        r = self.rows.get(job_id)
+        if r is not None:
+            r[3], r[4], r[5] = state, at, reason
+
+    def unfinished(self):
+        for job_id, (spec, t, reply_to, state, _, _) in sorted(self.rows.items()):
+            if state == "running":
+                yield job_id, spec, t, reply_to
+
+    def all(self):
+        return [(j, r[0].name, r[3], r[1], r[4], r[5]) for j, r in sorted(self.rows.items())]
+
+
+class SqliteJobStore(JobStore):
+    def __init__(self, path: str) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("""CREATE TABLE IF NOT EXISTS jobs (
+            job_id INTEGER PRIMARY KEY, name TEXT, spec BLOB, submitted_at REAL, reply_to TEXT,
+            state TEXT, finished_at REAL, reason TEXT)""")
+
+    def put(self, job_id, spec, submitted_at, reply_to):
+        blob = msgpack.packb(JOB[0](spec), use_bin_type=True)
+        self.db.execute("INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,'running',NULL,'')",
+                        (job_id, spec.name, blob, submitted_at, reply_to))
+
+    def finish(self, job_id, state, reason, at):
+        self.db.execute("UPDATE jobs SET state=?, finished_at=?, reason=? WHERE job_id=?",
+                        (state, at, reason, job_id))
+
+    def unfinished(self):
+        rows = self.db.execute(
+            "SELECT job_id, spec, submitted_at, reply_to FROM jobs WHERE state='running' ORDER BY job_id").fetchall()
+        for job_id, blob, t, reply_to in rows:
+            spec = JOB[1](msgpack.unpackb(blob, raw=False), f"stored job {job_id}")
+            yield job_id, spec, t, reply_to
+
+    def all(self):
+        return self.db.execute(
+            "SELECT job_id, name, state, submitted_at, finished_at, reason FROM jobs ORDER BY job_id").fetchall()

@@ -1,0 +1,96 @@
+"""Token policies: how many concurrent regular task slots each admitted job may hold.
+
+A token is one CPU of guaranteed capacity. The RM calls ``allocate`` whenever
+jobs arrive, finish or change demand; fair-share and capacity-queue policies
+implement the same interface.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class JobDemandView:
+    job_id: int
+    arrival: float
+    demand: float      # CPUs the job could use right now (remaining tasks, capped by width)
+
+
+def water_fill(capacity: float, demands: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Max-min fair split of ``capacity`` over ``demands`` (weighted): nobody above demand,
+    the sum is min(capacity, total demand), and any job below its demand gets at least
+    as much (per weight) as every other job."""
+    d = np.asarray(demands, dtype=float)
+    n = len(d)
+    if n == 0:
+        return d
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
+    if d.sum() <= capacity:
+        return d.copy()
+    order = np.argsort(d / w)
+    alloc = np.zeros(n)
+    left = capacity
+    wsum = w.sum()
+    for k, i in enumerate(order):
+        share = left * w[i] / wsum
+        give = min(d[i], share)
+        alloc[i] = give
+        left -= give
+        wsum -= w[i]
+    return alloc
+
+
+class TokenPolicy:
+    name = "base"
+
+    def allocate(self, jobs: list[JobDemandView], capacity: float) -> dict[int, int]:
+        raise NotImplementedError
+
+
+class FixedTokens(TokenPolicy):
+    """Every job gets the same configured number of tokens."""
+    name = "fixed"
+
+    def __init__(self, per_job: int) -> None:
+        self.per_job = per_job
+
+    def allocate(self, jobs, capacity):
+        return {j.job_id: self.per_job for j in jobs}
+
+
+class EvenSplit(TokenPolicy):
+    """Capacity split max-min fairly over the jobs' demands (equal weights)."""
+    name = "even"
+
+    def allocate(self, jobs, capacity):
+        if not jobs:
+            return {}
+        alloc = water_fill(capacity, np.array([j.demand for j in jobs]))
+        # Whole tokens; every job with demand keeps at least one so it always progresses.
+        return {j.job_id: max(1 if j.demand > 0 else 0, int(a)) for j, a in zip(jobs, alloc)}
+
+
+class FifoTokens(TokenPolicy):
+    """Hadoop's default FIFO: the oldest job takes all it can use, the next gets the rest."""
+    name = "fifo"
+
+    def allocate(self, jobs, capacity):
+        left = capacity
+        out = {}
+        for j in sorted(jobs, key=lambda j: (j.arrival, j.job_id)):
+            give = min(left, j.demand)
+            out[j.job_id] = int(give)
+            left -= int(give)
+        return out
+
+
+def make_token_policy(name: str, per_job: int = 0) -> TokenPolicy:
+    if name == "fixed":
+        return FixedTokens(per_job or 100)
+    if name == "even":
+        return EvenSplit()
+    if name == "fifo":
+        return FifoTokens()
+    raise ValueError(f"unknown token policy {name!r} (known: fixed, even, fifo)")
