@@ -94,10 +94,22 @@ def lst(c: Codec) -> Codec:
     def decode(v: Any, where: str) -> list:
         if type(v) is not list:
             raise WireError(f"{where}: expected a list, got {type(v).__name__}")
-        return [dec(x, f"{where}[{i}]") for i, x in enumerate(v)]
+        try:
+            return [dec(x, "") for x in v]
+        except WireError as e:
+            raise WireError(f"{where}[{_index_of_error(v, dec)}]{e}") from None
     if enc is _ident:
         return (list, decode)
     return (lambda v: [enc(x) for x in v], decode)
+
+
+def _index_of_error(v: list, dec) -> int:
+    for i, x in enumerate(v):
+        try:
+            dec(x, "")
+        except WireError:
+            return i
+    return -1
 
 
 def tup(c: Codec) -> Codec:
@@ -148,6 +160,7 @@ class Message:
     CODE: ClassVar[int] = -1
     CODECS: ClassVar[tuple[Codec, ...]] = ()
     _NAMES: ClassVar[tuple[str, ...]] = ()
+    _DECODERS: ClassVar[tuple] = ()
 
     def __init_subclass__(cls, code: int = -1, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -158,11 +171,16 @@ class Message:
 
     @classmethod
     def from_wire(cls, v: Any, where: str = "") -> "Message":
+        # Field decoders get just the field's name; the path is prefixed only when an
+        # error climbs out, so the fast path formats no strings.
         where = where or cls.__name__
         if type(v) is not list or len(v) != len(cls.CODECS):
             got = len(v) if type(v) is list else type(v).__name__
             raise WireError(f"{where}: expected {len(cls.CODECS)} fields, got {got}")
-        return cls(*[dec(x, f"{where}.{n}") for x, n, (_, dec) in zip(v, cls._NAMES, cls.CODECS)])
+        try:
+            return cls(*[dec(x, n) for x, n, dec in zip(v, cls._NAMES, cls._DECODERS)])
+        except WireError as e:
+            raise WireError(f"{where}.{e}") from None
 
 
 def message(code: int = -1, **codecs: Codec) -> Callable[[type], type]:
@@ -175,6 +193,7 @@ def message(code: int = -1, **codecs: Codec) -> Callable[[type], type]:
             raise TypeError(f"{cls.__name__}: codecs do not match fields: {sorted(missing)}")
         dc._NAMES = names
         dc.CODECS = tuple(codecs[n] for n in names)
+        dc._DECODERS = tuple(c[1] for c in dc.CODECS)
         dc.CODE = code
         if code >= 0:
             if code in REGISTRY:

@@ -32,6 +32,7 @@ class SimConfig:
     net: NetModel = field(default_factory=NetModel)
     io: IoModel = field(default_factory=IoModel)
     heartbeat_s: float = 1.0
+    liveness_s: float = 60.0         # idle PNs report this often; the RM declares death after 3x
     fail_prob: float = 0.0           # chance a task attempt fails (a flaky machine, a bad input)
     slow_fraction: float = 0.0       # fraction of servers that run tasks slower (stragglers)
     slow_factor: float = 3.0
@@ -84,11 +85,12 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
     topo = Topology(cfg.servers, cfg.racks, cfg.cores, cfg.mem_gb)
     rec = Recorder()
     rt = SimRuntime(seed=cfg.seed, net=cfg.net, wire=cfg.wire, task_model=TaskTruth(cfg, topo), log_sink=rec)
-    pncfg = PnConfig(cores=cfg.cores, mem_gb=cfg.mem_gb, heartbeat_s=cfg.heartbeat_s)
+    pncfg = PnConfig(cores=cfg.cores, mem_gb=cfg.mem_gb, heartbeat_s=cfg.heartbeat_s,
+                     liveness_s=cfg.liveness_s)
     shapes = len(pncfg.cpu_grid) * len(pncfg.mem_grid)
     token_name = cfg.tokens or ("fifo" if cfg.scheduler == "fifo" else "even")
     rm = RmState(RmConfig(cfg.servers, shapes, cfg.cores, cfg.mem_gb, view_interval_s=cfg.heartbeat_s,
-                          dead_after_s=5 * cfg.heartbeat_s), make_token_policy(token_name))
+                          dead_after_s=3 * pncfg.liveness_s), make_token_policy(token_name))
     jmcfg = JmConfig(topology=topo, policy=cfg.scheduler, io=cfg.io, cpu_grid=pncfg.cpu_grid,
                      mem_grid=pncfg.mem_grid)
     host = JmHost(jmcfg, shapes)

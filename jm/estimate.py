@@ -21,7 +21,7 @@ from apollo.cluster import NODE, RACK, REMOTE, IoModel
 class EstimateConfig:
     kfail: float = 2.0
     stale_penalty: float = 0.25      # seconds of wait added per second of matrix age
-    max_stale_s: float = 30.0
+    max_stale_s: float = 60.0
     tie_noise_s: float = 0.01
     failure_prior: float = 0.002     # prior failure probability of any server
 
@@ -47,7 +47,8 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
     I = io.init_s + in_bytes[:, None] / bw[loc]
     wait = view.matrices[cand, shape_idx[:, None]].astype(np.float64)
     age = np.clip(now - view.stamps[cand], 0.0, cfg.max_stale_s)
-    W = wait + cfg.stale_penalty * age
+    # The reading's queue has drained since it was taken, but new work may have come: trust it less.
+    W = np.maximum(wait - age, 0.0) + cfg.stale_penalty * age
     if extra is not None:
         # Work this JM sent after the server's last reading was taken.
         W += np.where(view.stamps[cand] <= extra_since[cand], extra[cand], 0.0)

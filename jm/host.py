@@ -6,6 +6,8 @@ the shared ViewCache, and drops a JM once its job has finished.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from apollo.effects import CancelTimer, Log, SetTimer, Timer
 from apollo.messages import CancelJob, ClusterView, StartJob, StatusBatch, TokenGrant
 
@@ -26,14 +28,18 @@ class JmHost:
             self.view.apply_row(event.server, event.matrix, event.matrix_time)
             return self._route(event.job_id, event, now, rng)
         if t is ClusterView:
+            view = self.view
+            was_alive, was_boot = view.alive.copy(), view.boot_times.copy()
             try:
-                self.view.apply_view(event)
+                view.apply_view(event)
             except ValueError as e:
                 return [Log("warn", (str(e),))]
+            lost = np.flatnonzero((was_alive & ~view.alive) | (view.boot_times > was_boot))
             out: list = []
             for job_id, jm in list(self.jms.items()):
-                out.extend(self._wrap(job_id, jm.on_view(now, rng)))
-                self._reap(job_id, jm)
+                if len(lost) or jm.wants_view():
+                    out.extend(self._wrap(job_id, jm.on_view(now, rng, lost)))
+                    self._reap(job_id, jm)
             return out
         if t is Timer:
             job_id, key = event.key

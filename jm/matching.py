@@ -20,11 +20,14 @@ UNMATCHED = -1
 _SAVING_CAP = 1e12   # a task with a single option: losing it costs "everything"
 
 
-def savings(cost: np.ndarray) -> np.ndarray:
-    """saving[b, k] = (task b's best cost among its other candidates) - cost[b, k]."""
+def savings(cost: np.ndarray, defer: np.ndarray | None = None) -> np.ndarray:
+    """saving[b, k] = (task b's best alternative: another candidate, or deferring) - cost[b, k]."""
     B, K = cost.shape
     if K == 1:
-        return np.where(np.isfinite(cost), _SAVING_CAP, -np.inf)
+        sav = np.where(np.isfinite(cost), _SAVING_CAP, -np.inf)
+        if defer is not None:
+            sav = np.where(np.isfinite(cost), np.minimum(sav, defer[:, None] - cost), -np.inf)
+        return sav
     two = np.argpartition(cost, 1, axis=1)[:, :2]
     rows = np.arange(B)
     c0 = cost[rows, two[:, 0]]
@@ -34,18 +37,29 @@ def savings(cost: np.ndarray) -> np.ndarray:
     best = np.minimum(c0, c1)
     second = np.maximum(c0, c1)
     alt = np.where(np.arange(K)[None, :] == best_k[:, None], second[:, None], best[:, None])
+    if defer is not None:
+        alt = np.minimum(alt, defer[:, None])
     with np.errstate(invalid="ignore"):
         sav = np.where(np.isfinite(alt), alt - cost, _SAVING_CAP)
     return np.where(np.isfinite(cost), sav, -np.inf)
 
 
-def stable_match(cand: np.ndarray, cost: np.ndarray, max_rounds: int = 32) -> np.ndarray:
-    """Server per task (UNMATCHED if none this batch)."""
+def stable_match(cand: np.ndarray, cost: np.ndarray, max_rounds: int = 32,
+                 defer: np.ndarray | None = None) -> np.ndarray:
+    """Server per task (UNMATCHED if none this batch).
+
+    ``defer[b]`` (optional) is what task b expects to pay by waiting for the next
+    batch instead: it never proposes to a server costing more than that, and its
+    saving anywhere is measured against deferring too. Without it every task
+    takes some server if any is left, however poor.
+    """
     B, K = cost.shape
     result = np.full(B, UNMATCHED, dtype=np.int64)
     if B == 0 or K == 0:
         return result
-    sav = savings(cost)
+    if defer is not None:
+        cost = np.where(cost <= defer[:, None], cost, np.inf)
+    sav = savings(cost, defer)
     order = np.argsort(cost, axis=1, kind="stable")
     n_opts = np.isfinite(cost).sum(axis=1)
     ptr = np.zeros(B, dtype=np.int64)          # index into order: the server proposed to / held
@@ -98,10 +112,13 @@ def greedy_match(cand: np.ndarray, cost: np.ndarray, load: np.ndarray | None = N
     return result
 
 
-def is_stable(cand: np.ndarray, cost: np.ndarray, assigned: np.ndarray) -> bool:
+def is_stable(cand: np.ndarray, cost: np.ndarray, assigned: np.ndarray,
+              defer: np.ndarray | None = None) -> bool:
     """No blocking pair: a task that prefers a server over its match, where the server's
     kept task has a strictly smaller saving (or the server is free and was never taken)."""
-    sav = savings(cost)
+    if defer is not None:
+        cost = np.where(cost <= defer[:, None], cost, np.inf)
+    sav = savings(cost, defer)
     B, K = cost.shape
     holder_sav: dict[int, float] = {}
     for b in range(B):

@@ -176,24 +176,31 @@ class JmState:
             self._finish(False, "cancelled", now, out)
         return out
 
-    def on_view(self, now: float, rng) -> list:
-        """The host's view changed: recover tasks on lost servers, reschedule, report demand."""
+    def wants_view(self) -> bool:
+        """Whether a new cluster view gives this JM anything to do (it has tasks waiting to be
+        placed, or a demand the RM has not heard)."""
+        return self._has_ready() or self._demand() != self._last_demand
+
+    def on_view(self, now: float, rng, lost: np.ndarray | None = None) -> list:
+        """The host's view changed: recover tasks on ``lost`` servers (dead or restarted),
+        reschedule, report demand."""
         if self.finished:
             return []
         out: list = []
-        act = (self.state == S.DISPATCHED) | (self.state == S.RUNNING)
-        if act.any():
-            ids = np.flatnonzero(act)
+        if lost is not None and len(lost):
+            act = (self.state == S.DISPATCHED) | (self.state == S.RUNNING)
+            ids = np.flatnonzero(act & np.isin(self.server, lost))
             srv = self.server[ids]
-            lost = ~self.view.alive[srv] | (self.view.boot_times[srv] > self.dispatch_t[ids])
-            for t in ids[lost].tolist():
+            gone = ~self.view.alive[srv] | (self.view.boot_times[srv] > self.dispatch_t[ids])
+            for t in ids[gone].tolist():
                 self._attempt_over(t, now, out, "fail", f"server {int(self.server[t])} lost", blame=False)
-        if not self.finished:
-            self._schedule(now, rng, out)
-            demand = self._demand()
-            if demand != self._last_demand:
-                self._last_demand = demand
-                out.append(Send(self.cfg.rm, JobDemand(self.job_id, demand, int(act.sum()))))
+                if self.finished:
+                    return out
+        self._schedule(now, rng, out)
+        demand = self._demand()
+        if demand != self._last_demand:
+            self._last_demand = demand
+            out.append(Send(self.cfg.rm, JobDemand(self.job_id, demand, 0)))
         return out
 
     def _demand(self) -> int:

@@ -27,7 +27,8 @@ class PnConfig:
     mem_gb: float = 16.0
     cpu_grid: tuple[float, ...] = (1.0, 2.0, 4.0)
     mem_grid: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0)
-    heartbeat_s: float = 1.0
+    heartbeat_s: float = 1.0         # soonest re-report after the queue changed
+    liveness_s: float = 15.0         # report at least this often even when nothing changed
     rm: str = "rm"
 
 
@@ -58,7 +59,8 @@ class PnState:
         self.free_mem = config.mem_gb
         self._matrix: np.ndarray | None = None  # cached wait matrix (relative to _matrix_time)
         self._matrix_time = 0.0
-        self._starts = (config.cores, config.mem_gb)
+        self._avail = np.zeros(0)
+        self._hb_due = float("inf")             # when the armed heartbeat timer fires
 
     # ---- event entry -------------------------------------------------------
     def handle(self, event, now: float, rng) -> list:
@@ -68,12 +70,12 @@ class PnState:
         if t is TaskExited:
             return self._on_exit(event, now, rng)
         if t is Timer:
-            return self._heartbeat(now, rearm=True)
+            return self._heartbeat(now)
         if t is KillTask:
             return self._on_kill(event, now, rng)
         if t is Start:
             self.boot_time = now
-            return self._heartbeat(now, rearm=True)
+            return self._heartbeat(now)
         return [Log("warn", (f"pn:{self.server} ignored {t.__name__}",))]
 
     # ---- handlers ----------------------------------------------------------
@@ -236,8 +238,12 @@ class PnState:
 
     # ---- the wait-time matrix ----------------------------------------------
     def matrix(self, now: float) -> np.ndarray:
-        """Expected wait (s) for a new regular task of each grid shape, cpu-major."""
-        if self._matrix is None or self._matrix_time != now:
+        """Expected wait (s) for a new regular task of each grid shape, cpu-major.
+
+        Planned only when the queues changed; in between, the planned availability
+        times stand and the waits shrink as time passes.
+        """
+        if self._matrix is None:
             cfg = self.cfg
             if not self.queue and not self.running:
                 w = [0.0 if c <= cfg.cores and m <= cfg.mem_gb else NEVER_S
@@ -245,19 +251,27 @@ class PnState:
             else:
                 prof, _ = self._plan(now)
                 w = [min(x, NEVER_S) for x in prof.wait_matrix(cfg.cpu_grid, cfg.mem_grid)]
+            self._avail = np.array(w) + now      # absolute times each shape could start
             self._matrix = np.array(w, dtype=np.float32)
+            self._matrix_time = now
+        elif self._matrix_time != now:
+            self._matrix = np.maximum(self._avail - now, 0.0).astype(np.float32)
             self._matrix_time = now
         return self._matrix
 
-    def _heartbeat(self, now: float, rearm: bool) -> list:
-        out: list = [Send(self.cfg.rm, Heartbeat(self.server, self.boot_time, now, self.matrix(now),
-                                                 len(self.running), len(self.queue) + len(self.opp_queue),
-                                                 self.free_cpu))]
-        if rearm:
-            out.append(SetTimer(self.cfg.heartbeat_s, "hb"))
-        return out
+    def _heartbeat(self, now: float) -> list:
+        """Report to the RM, then stay quiet until something changes or liveness is due."""
+        self._hb_due = now + self.cfg.liveness_s
+        return [Send(self.cfg.rm, Heartbeat(self.server, self.boot_time, now, self.matrix(now),
+                                            len(self.running), len(self.queue) + len(self.opp_queue),
+                                            self.free_cpu)),
+                SetTimer(self.cfg.liveness_s, "hb")]
 
     def _emit_reports(self, now: float, out: list, reports: dict) -> None:
+        # Every handler that changes the queues ends here: make sure the RM hears soon.
+        if now + self.cfg.heartbeat_s < self._hb_due:
+            self._hb_due = now + self.cfg.heartbeat_s
+            out.append(SetTimer(self.cfg.heartbeat_s, "hb"))
         if not reports:
             return
         m = self.matrix(now)
