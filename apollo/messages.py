@@ -10,6 +10,7 @@ Python floats.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, fields
 from typing import Any, Callable, ClassVar
 
@@ -161,13 +162,18 @@ class Message:
     CODECS: ClassVar[tuple[Codec, ...]] = ()
     _NAMES: ClassVar[tuple[str, ...]] = ()
     _DECODERS: ClassVar[tuple] = ()
+    _ENCODERS: ClassVar[tuple] = ()
+    _GETTER: ClassVar[Any] = None
 
     def __init_subclass__(cls, code: int = -1, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         cls.CODE = code
 
     def to_wire(self) -> list:
-        return [enc(getattr(self, n)) for n, (enc, _) in zip(self._NAMES, self.CODECS)]
+        vals = list(self._GETTER(self))
+        for i, enc in self._ENCODERS:
+            vals[i] = enc(vals[i])
+        return vals
 
     @classmethod
     def from_wire(cls, v: Any, where: str = "") -> "Message":
@@ -194,6 +200,10 @@ def message(code: int = -1, **codecs: Codec) -> Callable[[type], type]:
         dc._NAMES = names
         dc.CODECS = tuple(codecs[n] for n in names)
         dc._DECODERS = tuple(c[1] for c in dc.CODECS)
+        # One C-level call fetches every field; only non-trivial encoders run per field.
+        getter = operator.attrgetter(*names)
+        dc._GETTER = staticmethod(getter if len(names) > 1 else (lambda o, g=getter: (g(o),)))
+        dc._ENCODERS = tuple((i, c[0]) for i, c in enumerate(dc.CODECS) if c[0] is not _ident)
         dc.CODE = code
         if code >= 0:
             if code in REGISTRY:

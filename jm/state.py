@@ -433,14 +433,14 @@ class JmState:
             for level in (0, 1, 2):
                 for k in np.flatnonzero(valid[b] & (loc[b] == level)):
                     s = int(cand[b, k])
-                    if free.get(s, 0.0) >= cpu[b]:
+                    if free[s] >= cpu[b]:
                         choice = s
                         break
                 if choice >= 0:
                     break
             if choice < 0:
                 for s in light.tolist():
-                    if free.get(s, 0.0) >= cpu[b]:
+                    if free[s] >= cpu[b]:
                         choice = s
                         break
             if choice >= 0:

@@ -1,0 +1,210 @@
+"""JM state: estimation, candidates, scheduling passes, status handling, retries, DAGs."""
+import numpy as np
+import pytest
+
+from apollo.cluster import NODE, RACK, REMOTE, IoModel, Topology
+from apollo.effects import Log, Send, SetTimer
+from apollo.lifecycle import TaskState
+from apollo.messages import CancelJob, Dispatch, JobDone, KillTask, StatusBatch, TaskReport, TokenGrant
+from apollo.spec import JobSpec, StageSpec
+from jm import estimate as est
+from jm.candidates import candidate_rows
+from jm.state import JmConfig, JmState
+from jm.view import ViewCache
+
+from helpers import Rng
+
+TOPO = Topology(20, 4)
+
+
+def view(wait=0.0, stamp=0.0):
+    v = ViewCache(20, 12)
+    v.matrices[:] = wait
+    v.stamps[:] = stamp
+    return v
+
+
+def jm(spec, tokens=100, policy="apollo", v=None, opportunistic=False):
+    cfg = JmConfig(topology=TOPO, policy=policy, opportunistic=opportunistic)
+    j = JmState(1, spec, tokens, 0.0, cfg, v or view())
+    return j, j.start(0.0, Rng())
+
+
+def dispatched(effects):
+    return [(e.to, t) for e in effects if isinstance(e, Send) and isinstance(e.msg, Dispatch) for t in e.msg.tasks]
+
+
+def report(j, t, state, t0=0.0, t1=1.0, server=0, detail=""):
+    return StatusBatch(1, server, [TaskReport(1, t, int(j.attempt[t]), int(state), t0, t1, 0, detail)],
+                       np.zeros(12, np.float32), t1)
+
+
+def mapred(maps=4, reds=1, dataset="ds"):
+    m = StageSpec("map", maps, np.full(maps, 2.0), input_bytes=np.full(maps, 64e6), dataset=dataset)
+    r = StageSpec("reduce", reds, np.full(reds, 5.0), depends_on=("map",))
+    return JobSpec("mr", [m, r], max_retries=1)
+
+
+def test_localities_and_io_cost():
+    reps = np.array([[0, 7, 8]])
+    cand = np.array([[0, 5, 9, 15]])
+    loc = est.localities(cand, reps, TOPO.rack_of)
+    assert loc.tolist() == [[NODE, RACK, RACK, REMOTE]]  # rack_of: 0-4, 5-9, 10-14, 15-19
+    v = view()
+    C, E = est.costs(cand, loc, np.array([100e6]), np.array([1.0]), np.array([0]), 0.0, v, None, None,
+                     None, IoModel(), est.EstimateConfig(tie_noise_s=0.0), Rng())
+    io = IoModel()
+    assert E[0, 0] == pytest.approx(io.init_s + 100e6 / io.node_bytes_per_s + 1.0)
+    assert E[0, 3] == pytest.approx(io.init_s + 100e6 / io.remote_bytes_per_s + 1.0)
+    assert np.all(np.diff(C[0, [0, 1, 3]]) > 0)
+
+
+def test_wait_from_matrix_is_pessimistic_with_age():
+    v = view(wait=10.0, stamp=0.0)
+    cfg = est.EstimateConfig(tie_noise_s=0.0, stale_penalty=0.5)
+    cand = np.array([[1]])
+    loc = np.array([[REMOTE]], dtype=np.uint8)
+    args = (cand, loc, np.zeros(1), np.zeros(1), np.array([0]))
+    _, fresh = est.costs(*args, 0.0, v, None, None, None, IoModel(init_s=0.0), cfg, Rng())
+    _, old = est.costs(*args, 4.0, v, None, None, None, IoModel(init_s=0.0), cfg, Rng())
+    assert fresh[0, 0] == pytest.approx(10.0)
+    assert old[0, 0] == pytest.approx(6.0 + 2.0)   # drained 4 s, plus 0.5 s per second of age
+
+
+def test_dead_servers_cost_infinite():
+    v = view()
+    v.alive[3] = False
+    C, _ = est.costs(np.array([[3, 4]]), np.array([[2, 2]], dtype=np.uint8), np.zeros(1), np.ones(1),
+                     np.array([0]), 0.0, v, None, None, None, IoModel(), est.EstimateConfig(), Rng())
+    assert np.isinf(C[0, 0]) and np.isfinite(C[0, 1])
+
+
+def test_candidates_hold_replicas_racks_and_light_servers():
+    reps = np.array([[0, 7, 8], [-1, -1, -1]])
+    cand, valid = candidate_rows(reps, TOPO, np.array([19], np.int32), Rng())
+    row = set(cand[0][valid[0]].tolist())
+    assert {0, 7, 8, 19} <= row
+    assert all(TOPO.rack_of[s] in (0, 1) for s in row - {19})
+    assert valid[1].sum() >= 2
+
+
+def test_start_releases_roots_and_dispatches_within_tokens():
+    j, out = jm(mapred(maps=4), tokens=3)
+    d = dispatched(out)
+    assert len(d) == 3                       # three tokens, no opportunistic allowance
+    assert all(t.opportunistic is False for _, t in d)
+    assert int((j.state == TaskState.PENDING).sum()) == 1     # the reduce waits for the maps
+    assert any(isinstance(e, Log) and e.kind == "decisions" for e in out)
+    j.validate()
+
+
+def test_tasks_prefer_their_replicas():
+    j, out = jm(mapred(maps=4))
+    for to, t in dispatched(out):
+        s = int(to.split(":")[1])
+        st = j.stages[0]
+        if t.stage == 0:
+            assert t.locality == NODE and s in st.reps[t.task].tolist()
+
+
+def test_one_task_per_server_per_batch():
+    spec = JobSpec("one", [StageSpec("s", 10, np.ones(10), input_bytes=np.full(10, 1e9), dataset="same")])
+    j, out = jm(spec)
+    servers = [to for to, _ in dispatched(out)]
+    assert len(servers) == 10
+    # Every batch gives a server at most one task; a later batch may add more.
+
+
+def test_status_done_completes_stage_releases_reduce_and_job():
+    j, out = jm(mapred(maps=2))
+    effects = []
+    for t in (0, 1):
+        effects += j.handle(report(j, t, TaskState.DONE, 0.0, 3.0), 3.0, Rng())
+    red = [t for _, t in dispatched(effects) if t.stage == 1]
+    assert len(red) == 1 and red[0].task == 2
+    out = j.handle(report(j, 2, TaskState.DONE, 3.0, 8.0), 8.0, Rng())
+    done = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, JobDone)]
+    assert done and done[0].ok and j.finished
+
+
+def test_runtime_estimate_refined_from_finished_tasks():
+    j, _ = jm(mapred(maps=2))
+    before = j.stages[0].est_runtime
+    j.handle(report(j, 0, TaskState.DONE, 0.0, 50.0), 50.0, Rng())
+    assert j.stages[0].est_runtime > before
+
+
+def test_failure_retries_elsewhere_then_fails_job():
+    j, out = jm(mapred(maps=1))
+    first = dispatched(out)[0][0]
+    out = j.handle(report(j, 0, TaskState.FAILED, server=int(first[3:]), detail="boom"), 1.0, Rng())
+    again = dispatched(out)
+    assert len(again) == 1 and again[0][1].attempt == 2
+    out = j.handle(report(j, 0, TaskState.FAILED, detail="boom"), 2.0, Rng())
+    done = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, JobDone)][0]
+    assert not done.ok and "map[0] failed 2 times" in done.reason and "boom" in done.reason
+
+
+def test_stale_attempt_reports_are_ignored():
+    j, _ = jm(mapred(maps=1))
+    stale = StatusBatch(1, 0, [TaskReport(1, 0, 99, int(TaskState.DONE), 0, 1, 0, "")],
+                        np.zeros(12, np.float32), 1.0)
+    assert j.handle(stale, 1.0, Rng()) == []
+    assert j.done == 0
+
+
+def test_preempted_task_requeued_without_counting_a_failure():
+    j, _ = jm(mapred(maps=1))
+    out = j.handle(report(j, 0, TaskState.READY, detail="preempted"), 1.0, Rng())
+    assert j.failures[0] == 0 and dispatched(out)[0][1].attempt == 2
+
+
+def test_lost_server_tasks_rerun():
+    j, out = jm(mapred(maps=2))
+    victim = int(j.server[0])
+    j.view.alive[victim] = False
+    out = j.on_view(5.0, Rng(), np.array([victim]))
+    re = [t for to, t in dispatched(out)]
+    assert any(t.task == 0 and t.attempt == 2 for t in re)
+    assert all(to != f"pn:{victim}" for to, _ in dispatched(out))
+
+
+def test_token_grant_unblocks_and_cancel_kills():
+    j, out = jm(mapred(maps=4), tokens=1)
+    assert len(dispatched(out)) == 1
+    out = j.handle(TokenGrant(1, 4), 1.0, Rng())
+    assert len(dispatched(out)) == 3
+    out = j.handle(CancelJob(1), 2.0, Rng())
+    kills = [e for e in out if isinstance(e, Send) and isinstance(e.msg, KillTask)]
+    assert len(kills) == 4 and j.finished
+
+
+def test_opportunistic_beyond_tokens_for_apollo_only():
+    j, out = jm(mapred(maps=4), tokens=2, opportunistic=True)
+    d = dispatched(out)
+    assert sum(t.opportunistic for _, t in d) == 2 and len(d) == 4
+    j, out = jm(mapred(maps=4), tokens=2, policy="greedy", opportunistic=True)
+    assert len(dispatched(out)) == 2
+
+
+@pytest.mark.parametrize("policy", ["greedy", "random", "fifo"])
+def test_baselines_place_tasks(policy):
+    j, out = jm(mapred(maps=4), policy=policy)
+    assert len(dispatched(out)) == 4
+    j.validate()
+
+
+def test_fifo_waits_for_free_slots():
+    v = view(wait=5.0)
+    j, out = jm(mapred(maps=2), policy="fifo", v=v)
+    assert dispatched(out) == []
+    assert any(isinstance(e, SetTimer) and e.key == "retry" for e in out)
+
+
+def test_dag_priorities_follow_critical_path():
+    a = StageSpec("a", 1, np.array([1.0]))
+    b = StageSpec("b", 1, np.array([100.0]), depends_on=("a",))
+    c = StageSpec("c", 1, np.array([1.0]))
+    j, _ = jm(JobSpec("dag", [a, b, c]))
+    pr = {s.spec.name: s.priority for s in j.stages}
+    assert pr["a"] > pr["c"] and pr["a"] == pytest.approx(101.0)

@@ -1,0 +1,125 @@
+"""PN state: event in, effects out."""
+import numpy as np
+import pytest
+
+from apollo.effects import Kill, Launch, Send, SetTimer, Start, TaskExited, Timer
+from apollo.lifecycle import TaskState
+from apollo.messages import Dispatch, Heartbeat, KillTask, StatusBatch
+from pn.state import NEVER_S, PnConfig, PnState, shape_index
+
+from helpers import Rng, task
+
+
+def pn(cores=4.0, mem=16.0):
+    p = PnState(3, PnConfig(cores=cores, mem_gb=mem))
+    p.handle(Start(), 0.0, Rng())
+    return p
+
+
+def kinds(effects):
+    return [type(e).__name__ for e in effects]
+
+
+def test_start_sends_heartbeat_and_arms_liveness():
+    p = PnState(3, PnConfig())
+    out = p.handle(Start(), 5.0, Rng())
+    hb = [e for e in out if isinstance(e, Send)][0]
+    assert hb.to == "rm" and isinstance(hb.msg, Heartbeat)
+    assert hb.msg.boot_time == 5.0 and hb.msg.server == 3
+    assert np.all(hb.msg.matrix[:3] == 0.0)
+    assert any(isinstance(e, SetTimer) and e.delay == p.cfg.liveness_s for e in out)
+
+
+def test_dispatch_to_idle_server_launches_at_once():
+    p = pn()
+    out = p.handle(Dispatch(1, [task(t=0)]), 1.0, Rng())
+    launches = [e for e in out if isinstance(e, Launch)]
+    assert len(launches) == 1 and launches[0].task.key == (1, 0, 1)
+    assert p.free_cpu == 3.0
+    p.validate()
+
+
+def test_fifo_queue_then_start_on_exit_reports_running():
+    p = pn(cores=1.0)
+    p.handle(Dispatch(1, [task(t=0, est=10)]), 0.0, Rng())
+    out = p.handle(Dispatch(1, [task(t=1, est=5)]), 0.0, Rng())
+    assert not any(isinstance(e, Launch) for e in out)
+    assert len(p.queue) == 1
+    out = p.handle(TaskExited((1, 0, 1), True), 10.0, Rng())
+    assert [e.task.key for e in out if isinstance(e, Launch)] == [(1, 1, 1)]
+    batch = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)][0]
+    states = {(r.task, r.state) for r in batch.reports}
+    assert (0, int(TaskState.DONE)) in states and (1, int(TaskState.RUNNING)) in states
+    p.validate()
+
+
+def test_backfill_small_task_fills_gap_without_delaying_head():
+    p = pn(cores=4.0)
+    p.handle(Dispatch(1, [task(t=0, cpu=3, est=100)]), 0.0, Rng())        # runs, 1 core left
+    p.handle(Dispatch(1, [task(t=1, cpu=4, est=10)]), 0.0, Rng())         # must wait for t=100
+    out = p.handle(Dispatch(1, [task(t=2, cpu=1, est=50)]), 0.0, Rng())   # fits the gap, ends by 100
+    assert [e.task.key for e in out if isinstance(e, Launch)] == [(1, 2, 1)]
+    out = p.handle(Dispatch(1, [task(t=3, cpu=1, est=500)]), 0.0, Rng())  # would delay the 4-core task
+    assert not any(isinstance(e, Launch) for e in out)
+
+
+def test_task_larger_than_server_is_refused_with_reason():
+    p = pn(cores=2.0)
+    out = p.handle(Dispatch(7, [task(job=7, t=0, cpu=3)]), 0.0, Rng())
+    rep = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)][0].reports[0]
+    assert rep.state == int(TaskState.FAILED) and "needs 3" in rep.detail
+
+
+def test_matrix_monotone_and_never_for_oversized():
+    p = pn(cores=4.0, mem=16.0)
+    p.handle(Dispatch(1, [task(t=0, cpu=2, est=30), task(t=1, cpu=1, est=10)]), 0.0, Rng())
+    m = p.matrix(0.0).reshape(3, 4)
+    assert m[0, 0] == 0.0          # one core free now
+    assert m[2, 0] == pytest.approx(30.0)   # four cores only after the 30 s task
+    assert np.all(np.diff(m, axis=0) >= 0) and np.all(np.diff(m, axis=1) >= 0)
+    big = PnState(0, PnConfig(cores=2.0, mem_gb=4.0))
+    big.handle(Start(), 0.0, Rng())
+    assert big.matrix(0.0).reshape(3, 4)[2, 0] == pytest.approx(NEVER_S)
+
+
+def test_matrix_shrinks_with_time_without_replanning():
+    p = pn(cores=1.0)
+    p.handle(Dispatch(1, [task(t=0, est=10)]), 0.0, Rng())
+    assert p.matrix(0.0)[0] == pytest.approx(10.0)
+    assert p.matrix(4.0)[0] == pytest.approx(6.0)
+
+
+def test_kill_running_and_queued():
+    p = pn(cores=1.0)
+    p.handle(Dispatch(1, [task(t=0), task(t=1)]), 0.0, Rng())
+    out = p.handle(KillTask(1, 0, 1), 1.0, Rng())
+    assert any(isinstance(e, Kill) and e.task_key == (1, 0, 1) for e in out)
+    assert [e.task.key for e in out if isinstance(e, Launch)] == [(1, 1, 1)]
+    p.validate()
+
+
+def test_opportunistic_runs_on_idle_and_is_preempted_by_regular():
+    p = pn(cores=1.0)
+    out = p.handle(Dispatch(1, [task(t=0, opp=True, est=100)]), 0.0, Rng())
+    assert [e.task.key for e in out if isinstance(e, Launch)] == [(1, 0, 1)]
+    out = p.handle(Dispatch(2, [task(job=2, t=0, est=5)]), 1.0, Rng())
+    assert any(isinstance(e, Kill) and e.task_key == (1, 0, 1) for e in out)
+    assert [e.task.key for e in out if isinstance(e, Launch)] == [(2, 0, 1)]
+    reps = {e.msg.job_id: e.msg.reports for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)}
+    assert reps[1][0].state == int(TaskState.READY) and reps[1][0].detail == "preempted"
+    p.validate()
+
+
+def test_queue_change_schedules_an_early_heartbeat():
+    p = pn()
+    out = p.handle(Dispatch(1, [task(t=0)]), 2.0, Rng())
+    assert any(isinstance(e, SetTimer) and e.key == "hb" and e.delay == p.cfg.heartbeat_s for e in out)
+    out = p.handle(Timer("hb"), 3.0, Rng())
+    assert isinstance(out[0].msg, Heartbeat) and out[0].msg.running == 1
+
+
+def test_shape_index():
+    grid_c, grid_m = (1.0, 2.0, 4.0), (2.0, 4.0, 8.0, 16.0)
+    assert shape_index(1, 2, grid_c, grid_m) == 0
+    assert shape_index(1.5, 3, grid_c, grid_m) == 1 * 4 + 1
+    assert shape_index(64, 64, grid_c, grid_m) == 11

@@ -1,0 +1,95 @@
+import numpy as np
+
+from apollo.effects import Send, SetTimer, Start, Timer
+from apollo.messages import (ClusterView, Heartbeat, JobAccepted, JobDemand, JobDone, StartJob, SubmitJob,
+                             TokenGrant)
+from apollo.spec import JobSpec, StageSpec
+from rm.state import RmConfig, RmState
+from rm.store import SqliteJobStore
+from rm.tokens import EvenSplit, FifoTokens, water_fill
+
+from helpers import Rng
+
+
+def rm(n=4, policy=None, store=None):
+    r = RmState(RmConfig(n, 12, dead_after_s=5.0), policy or EvenSplit(), store)
+    r.handle(Start(), 0.0, Rng())
+    return r
+
+
+def hb(s, t, w0=0.0, boot=0.0):
+    m = np.full(12, w0, np.float32)
+    return Heartbeat(s, boot, t, m, 0, 0, 4.0)
+
+
+def one_task_job(name="j", tasks=4, cpu=1.0):
+    return JobSpec(name, [StageSpec("s", tasks, np.ones(tasks), cpu=cpu)])
+
+
+def test_aggregates_matrices_and_marks_dead_servers():
+    r = rm()
+    for s in range(4):
+        r.handle(hb(s, 1.0, w0=float(s)), 1.0, Rng())
+    assert r.alive.sum() == 4 and r.matrices[2, 0] == 2.0
+    r.handle(hb(2, 0.5, w0=99.0), 1.1, Rng())        # an older reading arriving late is ignored
+    assert r.matrices[2, 0] == 2.0
+    for s in (0, 1, 3):
+        r.handle(hb(s, 6.5), 6.5, Rng())
+    out = r.handle(Timer("tick"), 7.0, Rng())
+    view = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, ClusterView)][0]
+    assert list(view.alive) == [1, 1, 0, 1]
+    assert 2 not in view.lightly_loaded.tolist()
+
+
+def test_lightly_loaded_prefers_short_waits():
+    r = RmState(RmConfig(20, 12, lightly_loaded=3))
+    for s in range(20):
+        r.handle(hb(s, 1.0, w0=float(20 - s)), 1.0, Rng())
+    assert sorted(r.lightly_loaded().tolist()) == [17, 18, 19]
+
+
+def test_submit_admits_with_tokens_and_refuses_oversized():
+    r = rm()
+    for s in range(4):
+        r.handle(hb(s, 0.1), 0.1, Rng())
+    out = r.handle(SubmitJob(-1, one_task_job(), "client"), 1.0, Rng())
+    acc = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, JobAccepted)][0]
+    start = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StartJob)][0]
+    assert acc.accepted and acc.job_id == 0 and start.tokens == 4
+    out = r.handle(SubmitJob(-1, one_task_job("big", cpu=64), "client"), 1.0, Rng())
+    acc = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, JobAccepted)][0]
+    assert not acc.accepted and "64" in acc.reason and "'s'" in acc.reason
+    assert not any(isinstance(e.msg, StartJob) for e in out if isinstance(e, Send))
+
+
+def test_even_split_regrants_on_tick_and_fifo_serves_oldest():
+    r = rm()
+    for s in range(4):
+        r.handle(hb(s, 0.1), 0.1, Rng())
+    r.handle(SubmitJob(-1, one_task_job("a", tasks=100), "c"), 1.0, Rng())
+    r.handle(SubmitJob(-1, one_task_job("b", tasks=100), "c"), 1.0, Rng())
+    out = r.handle(Timer("tick"), 1.5, Rng())
+    grants = {e.msg.job_id: e.msg.tokens for e in out if isinstance(e, Send) and isinstance(e.msg, TokenGrant)}
+    assert grants == {0: 8}
+    assert FifoTokens().allocate([], 16) == {}
+
+
+def test_water_fill_properties_small():
+    a = water_fill(10, np.array([2.0, 5.0, 8.0]))
+    assert np.allclose(a, [2.0, 4.0, 4.0])
+    assert np.allclose(water_fill(100, np.array([2.0, 5.0])), [2.0, 5.0])
+
+
+def test_job_done_forwarded_and_store_survives_restart(tmp_path):
+    store = SqliteJobStore(str(tmp_path / "jobs.db"))
+    r = rm(store=store)
+    r.handle(SubmitJob(-1, one_task_job("a"), "client"), 1.0, Rng())
+    r.handle(SubmitJob(-1, one_task_job("b"), "client"), 1.0, Rng())
+    out = r.handle(JobDone(0, True, "", 5.0, 4), 5.0, Rng())
+    assert out[0].to == "client"
+    # A new RM over the same database re-admits the unfinished job only.
+    r2 = RmState(RmConfig(4, 12), EvenSplit(), SqliteJobStore(str(tmp_path / "jobs.db")))
+    out = r2.handle(Start(), 9.0, Rng())
+    starts = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StartJob)]
+    assert [s.job_id for s in starts] == [1] and starts[0].spec.name == "b"
+    assert r2.next_job_id == 2
