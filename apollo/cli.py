@@ -22,7 +22,8 @@ def _simulate(args: argparse.Namespace) -> int:
     cfg = SimConfig(servers=args.servers, racks=racks, cores=args.cores, mem_gb=args.mem_gb,
                     scheduler=args.scheduler, tokens=args.tokens, seed=args.seed, wire=not args.no_wire,
                     net=NetModel(latency_s=args.latency_ms / 1000, loss=args.loss),
-                    fail_prob=args.fail_prob, slow_fraction=args.slow_fraction)
+                    fail_prob=args.fail_prob, slow_fraction=args.slow_fraction,
+                    opportunistic=not args.no_opportunistic)
     if args.load:
         workload.scaled_to_load(args.load, cfg.servers * cfg.cores)
     for spec in args.crash or []:
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--loss", type=float, default=0.0)
     s.add_argument("--fail-prob", type=float, default=0.0, help="chance a task attempt fails")
     s.add_argument("--slow-fraction", type=float, default=0.0, help="fraction of slow servers")
+    s.add_argument("--no-opportunistic", action="store_true", help="Apollo: no tasks beyond tokens")
     s.add_argument("--crash", action="append", metavar="T:SERVER:DOWN", help="crash a PN at T for DOWN s")
 
     b = sub.add_parser("bench", help="benchmarks (matching, scale)")

@@ -428,3 +428,11 @@ class JobDone(Message):
 @message(12, job_id=NAT)
 class CancelJob(Message):
     job_id: int
+
+
+@message(13, job_id=NAT, task=NAT, attempt=NAT)
+class UpgradeTask(Message):
+    """JM -> PN: an opportunistic attempt now holds a token: run it as a regular task."""
+    job_id: int
+    task: int
+    attempt: int

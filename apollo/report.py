@@ -40,6 +40,7 @@ class Recorder:
     warnings: list = field(default_factory=list)
     decisions: int = 0
     preempted: int = 0
+    upgraded: int = 0
 
     def __call__(self, kind: str, data: tuple, now: float) -> None:
         if kind == "attempt":
@@ -54,6 +55,8 @@ class Recorder:
             self.refused.append(data)
         elif kind == "preempted":
             self.preempted += 1
+        elif kind == "upgraded":
+            self.upgraded += 1
         elif kind == "warn":
             if len(self.warnings) < 1000:
                 self.warnings.append((now, data))
@@ -163,7 +166,7 @@ def build_report(rec: Recorder, *, mode: str, workload: dict, cluster: dict, sch
         "tasks": {"submitted": int(sum(s[2] for s in rec.submitted)), "completed": completed,
                   "failed": int((outcome == "failed").sum()), "duplicates": 0, "clones": 0,
                   "opportunistic": int(sum(1 for r in att if r[A_OPP])),
-                  "preempted": int((outcome == "preempted").sum())},
+                  "preempted": int((outcome == "preempted").sum()), "upgraded": rec.upgraded},
         "job_completion_s": stats(jct),
         "small_job_completion_s": stats(small_jct),
         "task_queue_delay_s": stats(qdelay),

@@ -38,6 +38,7 @@ class SimConfig:
     slow_factor: float = 3.0
     crashes: list = field(default_factory=list)   # (time_s, server, down_for_s)
     max_sim_s: float = float("inf")
+    opportunistic: bool = True       # Apollo dispatches beyond its tokens as opportunistic tasks
 
 
 class TaskTruth:
@@ -92,7 +93,7 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
     rm = RmState(RmConfig(cfg.servers, shapes, cfg.cores, cfg.mem_gb, view_interval_s=cfg.heartbeat_s,
                           dead_after_s=3 * pncfg.liveness_s), make_token_policy(token_name))
     jmcfg = JmConfig(topology=topo, policy=cfg.scheduler, io=cfg.io, cpu_grid=pncfg.cpu_grid,
-                     mem_grid=pncfg.mem_grid)
+                     mem_grid=pncfg.mem_grid, opportunistic=cfg.opportunistic)
     host = JmHost(jmcfg, shapes)
     client = Client(len(workload.jobs), rt)
     rt.add("rm", rm)
@@ -117,7 +118,8 @@ def run_simulation(workload: Workload, cfg: SimConfig) -> dict:
     rt.run(until=cfg.max_sim_s)
     wall = time.perf_counter() - t0
     topo = meta["topology"]
-    policies = ["stable-matching", "opportunistic"] if cfg.scheduler == "apollo" else [cfg.scheduler]
+    policies = (["stable-matching"] + (["opportunistic"] if cfg.opportunistic else [])
+                if cfg.scheduler == "apollo" else [cfg.scheduler])
     return build_report(
         rec, mode="sim",
         workload={"name": workload.name, "jobs": len(workload.jobs), "tasks": workload.total_tasks},

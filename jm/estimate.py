@@ -41,8 +41,8 @@ def localities(cand: np.ndarray, reps: np.ndarray, rack_of: np.ndarray) -> np.nd
 def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.ndarray,
           shape_idx: np.ndarray, now: float, view, extra: np.ndarray | None,
           extra_since: np.ndarray | None, fail_rate: np.ndarray | None, io: IoModel,
-          cfg: EstimateConfig, rng) -> tuple[np.ndarray, np.ndarray]:
-    """(C, E) float[B, K] for candidate matrix ``cand``; infeasible entries are inf."""
+          cfg: EstimateConfig, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(C, E, W) float[B, K] for candidate matrix ``cand``; infeasible entries of C are inf."""
     bw = io.bandwidths()
     I = io.init_s + in_bytes[:, None] / bw[loc]
     wait = view.matrices[cand, shape_idx[:, None]].astype(np.float64)
@@ -59,4 +59,4 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
         C = C + rng.random(C.shape) * cfg.tie_noise_s
     dead = ~view.alive[cand] | (wait >= 1e8)
     C[dead] = np.inf
-    return C, E
+    return C, E, W

@@ -20,7 +20,7 @@ from apollo.cluster import REMOTE, IoModel, Topology
 from apollo.effects import Log, Send, SetTimer, Timer
 from apollo.lifecycle import TaskState, step
 from apollo.messages import (CancelJob, Dispatch, JobDemand, JobDone, KillTask, StatusBatch,
-                             TaskSpec, TokenGrant)
+                             TaskSpec, TokenGrant, UpgradeTask)
 from apollo.spec import JobSpec
 from pn.state import shape_index
 
@@ -29,6 +29,10 @@ from .candidates import candidate_rows
 from .matching import UNMATCHED, greedy_match, stable_match
 
 S = TaskState
+# Plain ints for the hot paths (enum attribute access is slow); same values as TaskState.
+PENDING, READY, DISPATCHED, RUNNING, DONE, FAILED = (int(S.PENDING), int(S.READY), int(S.DISPATCHED),
+                                                     int(S.RUNNING), int(S.DONE), int(S.FAILED))
+OPPORTUNISTIC_MAX_WAIT_S = 0.5   # opportunistic tasks only go where they should start about now
 POLICIES = ("apollo", "greedy", "random", "fifo")
 
 
@@ -56,7 +60,7 @@ class JmConfig:
 
 class Stage:
     __slots__ = ("index", "spec", "offset", "n", "parents", "children", "remaining", "est_runtime",
-                 "obs_n", "obs_sum", "reps", "in_bytes", "shape", "priority", "ready", "released")
+                 "obs_n", "obs_sum", "reps", "in_bytes", "shape", "priority", "ready", "released", "declared")
 
     def __init__(self, index: int, spec, offset: int) -> None:
         self.index = index
@@ -66,7 +70,8 @@ class Stage:
         self.parents: list[int] = []
         self.children: list[int] = []
         self.remaining = spec.tasks
-        self.est_runtime = spec.estimate_s
+        self.declared = spec.estimate_s        # the spec's own estimate, counted as one observation
+        self.est_runtime = self.declared
         self.obs_n = 0
         self.obs_sum = 0.0
         self.reps: np.ndarray | None = None
@@ -80,7 +85,7 @@ class Stage:
         """Refine the runtime estimate from a finished task (the declared estimate counts once)."""
         self.obs_n += 1
         self.obs_sum += compute_s
-        self.est_runtime = (self.spec.estimate_s + self.obs_sum) / (1 + self.obs_n)
+        self.est_runtime = (self.declared + self.obs_sum) / (1 + self.obs_n)
 
 
 class JmState:
@@ -216,21 +221,22 @@ class JmState:
             if t < 0 or r.attempt != self.attempt[t]:
                 continue  # a stale attempt (duplicate, retried) or a stranger
             cur = self.state[t]
-            if cur != S.DISPATCHED and cur != S.RUNNING:
+            if cur != DISPATCHED and cur != RUNNING:
                 continue
-            if r.state == S.RUNNING:
-                self.state[t] = step(S(cur), "start")
+            rs = r.state
+            if rs == RUNNING:
+                self.state[t] = step(int(cur), "start")
                 self.start_t[t] = r.t_start
-            elif r.state == S.DONE:
+            elif rs == DONE:
                 self.start_t[t] = r.t_start
                 self._task_done(t, r, msg.server, now, out)
                 changed = True
-            elif r.state == S.FAILED:
+            elif rs == FAILED:
                 self.start_t[t] = r.t_start
                 self._attempt_over(t, now, out, "fail", r.detail or f"exit code {r.exit_code}",
                                    blame=True, t_end=r.t_end)
                 changed = True
-            elif r.state == S.READY:      # preempted (opportunistic) or refused: no fault of the task
+            elif rs == READY:      # preempted (opportunistic) or refused: no fault of the task
                 self.start_t[t] = r.t_start
                 self._attempt_over(t, now, out, "requeue", r.detail, blame=False, t_end=r.t_end)
                 changed = True
@@ -257,7 +263,7 @@ class JmState:
                                    outcome, bool(self.opp[t]), st.spec.cpu, st.reps is not None)))
 
     def _task_done(self, t: int, r, server: int, now: float, out: list) -> None:
-        self.state[t] = step(S(self.state[t]), "finish")
+        self.state[t] = step(int(self.state[t]), "finish")
         self._free_slot(t)
         self._log_attempt(t, "done", r.t_end, out)
         st = self.stages[self.stage_of[t]]
@@ -276,7 +282,7 @@ class JmState:
     def _attempt_over(self, t: int, now: float, out: list, event: str, detail: str, blame: bool,
                       t_end: float | None = None) -> None:
         """An attempt ended without success: retry the task elsewhere, or give up on the job."""
-        self.state[t] = step(S(self.state[t]), event)
+        self.state[t] = step(int(self.state[t]), event)
         self._free_slot(t)
         self._log_attempt(t, "preempted" if event == "requeue" else "failed", now if t_end is None else t_end, out)
         srv = int(self.server[t])
@@ -286,11 +292,11 @@ class JmState:
         st = self.stages[self.stage_of[t]]
         if event == "fail":
             if self.failures[t] > self.spec.max_retries:
-                self.state[t] = step(S(self.state[t]), "give_up")
+                self.state[t] = step(int(self.state[t]), "give_up")
                 self._finish(False, f"task {st.spec.name}[{t - st.offset}] failed {int(self.failures[t])} "
                                     f"times; last: {detail}", now, out)
                 return
-            self.state[t] = step(S(self.state[t]), "retry")
+            self.state[t] = step(int(self.state[t]), "retry")
         st.ready.appendleft(t)    # retries go first
 
     def _note_failure(self, server: int) -> None:
@@ -310,7 +316,7 @@ class JmState:
         act = np.flatnonzero((self.state == S.DISPATCHED) | (self.state == S.RUNNING))
         for t in act.tolist():
             out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
-            self.state[t] = step(S(self.state[t]), "kill")
+            self.state[t] = step(int(self.state[t]), "kill")
         out.append(Send(self.cfg.rm, JobDone(self.job_id, ok, reason, now, self.done)))
         out.append(Log("job_done", (self.job_id, ok, self.submitted_at, now, self.n, reason)))
 
@@ -334,6 +340,8 @@ class JmState:
         allow_opp = cfg.opportunistic and cfg.policy == "apollo"
         placed_total = 0
         blocked = False
+        if self.outstanding_opp > 0 and self.tokens - self.used_tokens >= 1:
+            self._upgrade(now, out)
         for _ in range(cfg.max_batches_per_pass):
             reg_room = self.tokens - self.used_tokens
             opp_room = (cfg.opportunistic_factor * max(self.tokens, 1) - self.outstanding_opp) if allow_opp else 0.0
@@ -354,7 +362,7 @@ class JmState:
             # Dispatch in order of quality: lowest expected wait first gets the tokens.
             order = np.argsort(wait[ok], kind="stable")
             placed, psrv = placed[order], servers[ok][order]
-            n_placed = self._dispatch(placed, psrv, now, reg_room, opp_room, out)
+            n_placed = self._dispatch(placed, psrv, wait[ok][order], now, reg_room, opp_room, out)
             if n_placed < len(placed):
                 self._push_back(placed[n_placed:].tolist())
             self._push_back([t for t, o in zip(batch, ok) if not o])
@@ -368,6 +376,20 @@ class JmState:
         if (blocked or cfg.policy == "fifo") and self._has_ready() and not self._retry_pending:
             self._retry_pending = True
             out.append(SetTimer(cfg.retry_s, "retry"))
+
+    def _upgrade(self, now: float, out: list) -> None:
+        """Freed tokens go first to this job's opportunistic attempts, oldest first: they stop
+        being preemptible, which wastes less than dispatching new tasks and losing old ones."""
+        act = self.opp & ((self.state == DISPATCHED) | (self.state == RUNNING))
+        for t in np.flatnonzero(act)[np.argsort(self.dispatch_t[act], kind="stable")].tolist():
+            cpu = self.stages[self.stage_of[t]].spec.cpu
+            if self.tokens - self.used_tokens < cpu:
+                break
+            self.opp[t] = False
+            self.outstanding_opp -= cpu
+            self.used_tokens += cpu
+            out.append(Send(f"pn:{int(self.server[t])}", UpgradeTask(self.job_id, t, int(self.attempt[t]))))
+            out.append(Log("upgraded", (self.job_id, t)))
 
     def _has_ready(self) -> bool:
         return any(st.ready for st in self.stages)
@@ -405,7 +427,7 @@ class JmState:
         if cfg.policy == "fifo":
             return self._place_fifo(cand, valid, reps, shape, cpu, now)
         loc = est.localities(cand, reps, topo.rack_of)
-        C, E = est.costs(cand, loc, in_bytes, runtime, shape, now, view, self._extra, self._extra_since,
+        C, E, W = est.costs(cand, loc, in_bytes, runtime, shape, now, view, self._extra, self._extra_since,
                          self._fail_rate, cfg.io, cfg.estimate, rng)
         C[~valid] = np.inf
         if cfg.policy == "apollo":
@@ -416,7 +438,7 @@ class JmState:
         ok = srv != UNMATCHED
         if ok.any():
             k = np.argmax(cand[ok] == srv[ok, None], axis=1)
-            wait[ok] = (E[ok, k] - runtime[ok])
+            wait[ok] = W[ok, k]
         return srv, wait
 
     def _place_fifo(self, cand, valid, reps, shape, cpu, now) -> tuple[np.ndarray, np.ndarray]:
@@ -470,8 +492,10 @@ class JmState:
                 return f
         return Free()
 
-    def _dispatch(self, ids: np.ndarray, srv: np.ndarray, now: float, reg_room: float, opp_room: float,
-                  out: list) -> int:
+    def _dispatch(self, ids: np.ndarray, srv: np.ndarray, wait: np.ndarray, now: float, reg_room: float,
+                  opp_room: float, out: list) -> int:
+        """Send placed tasks (in quality order) while tokens last, then as opportunistic tasks
+        to servers expected to be idle now; returns how many of ``ids`` went out (a prefix)."""
         cfg = self.cfg
         topo = cfg.topology
         by_server: dict[int, list] = {}
@@ -480,14 +504,14 @@ class JmState:
             self._extra = np.zeros(topo.servers)
             self._extra_since = np.full(topo.servers, -np.inf)
             self._sent_cpu = np.zeros(topo.servers)
-        for t, s in zip(ids.tolist(), srv.tolist()):
+        for t, s, w in zip(ids.tolist(), srv.tolist(), wait.tolist()):
             st = self.stages[self.stage_of[t]]
             spec = st.spec
             if reg_room >= spec.cpu:
                 opp = False
                 reg_room -= spec.cpu
                 self.used_tokens += spec.cpu
-            elif opp_room >= spec.cpu:
+            elif opp_room >= spec.cpu and w <= OPPORTUNISTIC_MAX_WAIT_S:
                 opp = True
                 opp_room -= spec.cpu
                 self.outstanding_opp += spec.cpu
@@ -502,7 +526,7 @@ class JmState:
                 elif topo.rack_of[s] in topo.rack_of[r]:
                     loc = 1
             self.attempt[t] += 1
-            self.state[t] = step(S(self.state[t]), "dispatch")
+            self.state[t] = step(int(self.state[t]), "dispatch")
             self.server[t] = s
             self.opp[t] = opp
             self.dispatch_t[t] = now

@@ -14,7 +14,9 @@ import numpy as np
 
 from apollo.effects import Kill, Launch, Log, Send, SetTimer, Start, TaskExited, Timer
 from apollo.lifecycle import TaskState, step
-from apollo.messages import Dispatch, Heartbeat, KillTask, StatusBatch, TaskReport, TaskSpec
+from dataclasses import replace
+
+from apollo.messages import Dispatch, Heartbeat, KillTask, StatusBatch, TaskReport, TaskSpec, UpgradeTask
 
 from .queue import Profile
 
@@ -60,6 +62,7 @@ class PnState:
         self._matrix: np.ndarray | None = None  # cached wait matrix (relative to _matrix_time)
         self._matrix_time = 0.0
         self._avail = np.zeros(0)
+        self._last_matrix: tuple | None = None  # the last planned reading, kept across changes
         self._hb_due = float("inf")             # when the armed heartbeat timer fires
 
     # ---- event entry -------------------------------------------------------
@@ -73,6 +76,8 @@ class PnState:
             return self._heartbeat(now)
         if t is KillTask:
             return self._on_kill(event, now, rng)
+        if t is UpgradeTask:
+            return self._on_upgrade(event, now, rng)
         if t is Start:
             self.boot_time = now
             return self._heartbeat(now)
@@ -142,6 +147,28 @@ class PnState:
         self._run_queues(now, rng, out, reports)
         self._emit_reports(now, out, reports)
         return out
+
+    def _on_upgrade(self, msg: UpgradeTask, now: float, rng) -> list:
+        """Make an opportunistic attempt regular: no longer preemptible; if still waiting it
+        joins the regular FIFO queue."""
+        key = (msg.job_id, msg.task, msg.attempt)
+        a = self.running.get(key)
+        if a is not None:
+            a.spec = replace(a.spec, opportunistic=False)
+            self._matrix = None
+            return []
+        for i, x in enumerate(self.opp_queue):
+            if x.spec.key == key:
+                self.opp_queue.pop(i)
+                x.spec = replace(x.spec, opportunistic=False)
+                self.queue.append(x)
+                out: list = []
+                reports: dict = {}
+                self._matrix = None
+                self._run_queues(now, rng, out, reports)
+                self._emit_reports(now, out, reports)
+                return out
+        return []
 
     # ---- queue mechanics ---------------------------------------------------
     def _start(self, a: Attempt, now: float, out: list, report: bool, reports: dict | None = None) -> None:
@@ -254,6 +281,7 @@ class PnState:
             self._avail = np.array(w) + now      # absolute times each shape could start
             self._matrix = np.array(w, dtype=np.float32)
             self._matrix_time = now
+            self._last_matrix = (self._matrix, now)
         elif self._matrix_time != now:
             self._matrix = np.maximum(self._avail - now, 0.0).astype(np.float32)
             self._matrix_time = now
@@ -274,9 +302,13 @@ class PnState:
             out.append(SetTimer(self.cfg.heartbeat_s, "hb"))
         if not reports:
             return
-        m = self.matrix(now)
+        # Piggyback the last computed reading with its own timestamp rather than re-planning the
+        # queue on every report: the heartbeat due within heartbeat_s carries a fresh one.
+        if self._matrix is None and self._last_matrix is None:
+            self.matrix(now)
+        m, t = (self._matrix, self._matrix_time) if self._matrix is not None else self._last_matrix
         for job_id, reps in reports.items():
-            out.append(Send(f"jm:{job_id}", StatusBatch(job_id, self.server, reps, m, now)))
+            out.append(Send(f"jm:{job_id}", StatusBatch(job_id, self.server, reps, m, t)))
 
     # ---- invariants --------------------------------------------------------
     def validate(self) -> None:

@@ -51,7 +51,7 @@ def test_localities_and_io_cost():
     loc = est.localities(cand, reps, TOPO.rack_of)
     assert loc.tolist() == [[NODE, RACK, RACK, REMOTE]]  # rack_of: 0-4, 5-9, 10-14, 15-19
     v = view()
-    C, E = est.costs(cand, loc, np.array([100e6]), np.array([1.0]), np.array([0]), 0.0, v, None, None,
+    C, E, _ = est.costs(cand, loc, np.array([100e6]), np.array([1.0]), np.array([0]), 0.0, v, None, None,
                      None, IoModel(), est.EstimateConfig(tie_noise_s=0.0), Rng())
     io = IoModel()
     assert E[0, 0] == pytest.approx(io.init_s + 100e6 / io.node_bytes_per_s + 1.0)
@@ -65,8 +65,8 @@ def test_wait_from_matrix_is_pessimistic_with_age():
     cand = np.array([[1]])
     loc = np.array([[REMOTE]], dtype=np.uint8)
     args = (cand, loc, np.zeros(1), np.zeros(1), np.array([0]))
-    _, fresh = est.costs(*args, 0.0, v, None, None, None, IoModel(init_s=0.0), cfg, Rng())
-    _, old = est.costs(*args, 4.0, v, None, None, None, IoModel(init_s=0.0), cfg, Rng())
+    _, fresh, _ = est.costs(*args, 0.0, v, None, None, None, IoModel(init_s=0.0), cfg, Rng())
+    _, old, _ = est.costs(*args, 4.0, v, None, None, None, IoModel(init_s=0.0), cfg, Rng())
     assert fresh[0, 0] == pytest.approx(10.0)
     assert old[0, 0] == pytest.approx(6.0 + 2.0)   # drained 4 s, plus 0.5 s per second of age
 
@@ -74,7 +74,7 @@ def test_wait_from_matrix_is_pessimistic_with_age():
 def test_dead_servers_cost_infinite():
     v = view()
     v.alive[3] = False
-    C, _ = est.costs(np.array([[3, 4]]), np.array([[2, 2]], dtype=np.uint8), np.zeros(1), np.ones(1),
+    C, _, _ = est.costs(np.array([[3, 4]]), np.array([[2, 2]], dtype=np.uint8), np.zeros(1), np.ones(1),
                      np.array([0]), 0.0, v, None, None, None, IoModel(), est.EstimateConfig(), Rng())
     assert np.isinf(C[0, 0]) and np.isfinite(C[0, 1])
 

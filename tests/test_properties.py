@@ -1,0 +1,116 @@
+"""Hypothesis properties: matching, backfill, the wait matrix, water-filling."""
+import numpy as np
+from hypothesis import given, strategies as st
+
+from jm.matching import UNMATCHED, greedy_match, is_stable, stable_match
+from pn.queue import Profile
+from pn.state import PnConfig, PnState
+from rm.tokens import water_fill
+
+
+@st.composite
+def instances(draw):
+    B = draw(st.integers(1, 12))
+    K = draw(st.integers(1, 6))
+    n_servers = draw(st.integers(K, 15))
+    seed = draw(st.integers(0, 2**31))
+    rng = np.random.default_rng(seed)
+    cand = np.stack([rng.choice(n_servers, size=K, replace=False) for _ in range(B)])
+    cost = rng.exponential(size=(B, K))
+    holes = rng.random((B, K)) < draw(st.floats(0, 0.5))
+    cost[holes] = np.inf
+    return cand, cost
+
+
+@given(instances())
+def test_batch_gives_no_server_two_tasks_and_stays_in_candidates(inst):
+    cand, cost = inst
+    for out in (stable_match(cand, cost, 4), stable_match(cand, cost, 10**6)):
+        got = out[out != UNMATCHED]
+        assert len(got) == len(set(got.tolist()))          # one task per server
+        for b, s in enumerate(out):                         # a task gets at most one, from its candidates
+            if s != UNMATCHED:
+                k = np.flatnonzero(cand[b] == s)
+                assert len(k) == 1 and np.isfinite(cost[b, k[0]])
+
+
+@given(instances())
+def test_converged_matching_is_stable_under_the_saving_rule(inst):
+    cand, cost = inst
+    out = stable_match(cand, cost, 10**6)
+    assert is_stable(cand, cost, out)
+
+
+@given(instances(), st.floats(0.0, 2.0))
+def test_deferral_respected_and_still_stable(inst, slack):
+    cand, cost = inst
+    finite = np.where(np.isfinite(cost), cost, np.nan)
+    best = np.nanmin(np.where(np.isnan(finite).all(1, keepdims=True), 0, finite), axis=1)
+    defer = best + slack
+    out = stable_match(cand, cost, 10**6, defer=defer)
+    for b, s in enumerate(out):
+        if s != UNMATCHED:
+            assert cost[b, np.flatnonzero(cand[b] == s)[0]] <= defer[b] + 1e-12
+    assert is_stable(cand, cost, out, defer)
+
+
+@given(instances())
+def test_greedy_places_every_task_with_a_finite_option(inst):
+    cand, cost = inst
+    out = greedy_match(cand, cost)
+    for b in range(len(cand)):
+        assert (out[b] != UNMATCHED) == bool(np.isfinite(cost[b]).any())
+
+
+tasks = st.lists(st.tuples(st.sampled_from([0.5, 1.0, 2.0, 3.0, 4.0]), st.sampled_from([1.0, 2.0, 8.0, 16.0]),
+                           st.floats(0.1, 50.0)), min_size=1, max_size=10)
+running = st.lists(st.tuples(st.floats(0.0, 40.0), st.sampled_from([1.0, 2.0]), st.sampled_from([1.0, 4.0])),
+                   max_size=2)
+
+
+def plan(run, queue, cores=4.0, mem=16.0):
+    free_c = cores - sum(c for _, c, _ in run)
+    free_m = mem - sum(m for _, _, m in run)
+    prof = Profile(0.0, free_c, free_m, list(run))
+    starts = []
+    for c, m, d in queue:
+        t = prof.earliest_fit(c, m, d)
+        starts.append(t)
+        if t < float("inf"):
+            prof.reserve(t, d, c, m)
+    return starts, prof
+
+
+@given(running, tasks, tasks)
+def test_backfill_never_delays_an_earlier_task(run, queue, later):
+    before, _ = plan(run, queue)
+    after, _ = plan(run, queue + later)
+    assert after[:len(queue)] == before
+
+
+@given(running, tasks)
+def test_planned_schedule_never_overcommits(run, queue):
+    _, prof = plan(run, queue)
+    assert min(prof.cpu) >= -1e-9 and min(prof.mem) >= -1e-9
+
+
+@given(running, tasks)
+def test_bigger_shape_never_waits_less(run, queue):
+    _, prof = plan(run, queue)
+    grid_c, grid_m = (1.0, 2.0, 4.0), (2.0, 4.0, 8.0, 16.0)
+    m = np.array(prof.wait_matrix(grid_c, grid_m)).reshape(3, 4)
+    assert np.all(np.diff(m, axis=0) >= 0) and np.all(np.diff(m, axis=1) >= 0)
+
+
+@given(st.lists(st.floats(0.0, 100.0), min_size=1, max_size=12), st.floats(0.0, 300.0),
+       st.lists(st.floats(0.1, 5.0), min_size=12, max_size=12))
+def test_water_fill_is_max_min_fair(demands, capacity, weights):
+    d = np.array(demands)
+    w = np.array(weights[:len(d)])
+    a = water_fill(capacity, d, w)
+    assert np.all(a <= d + 1e-9) and np.all(a >= -1e-9)
+    assert abs(a.sum() - min(capacity, d.sum())) < 1e-6 * max(1.0, capacity)
+    # max-min: anyone below demand gets at least the weighted share of everyone else
+    short = a < d - 1e-9
+    for i in np.flatnonzero(short):
+        assert np.all(a[i] / w[i] >= a / w - 1e-6)

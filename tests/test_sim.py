@@ -1,0 +1,75 @@
+"""Seeded end-to-end simulations through the real actors."""
+import json
+
+import numpy as np
+import pytest
+
+from apollo.simulate import SimConfig, run_simulation
+from apollo.spec import JobSpec, StageSpec, Workload
+from apollo.workloads import load_workload
+
+
+def strip(report):
+    r = dict(report)
+    r.pop("throughput")
+    return json.dumps(r, sort_keys=True)
+
+
+def small(seed=0):
+    return load_workload("dag:jobs=12", seed=seed)
+
+
+@pytest.mark.parametrize("sched", ["apollo", "greedy", "random", "fifo"])
+def test_every_job_completes_under_every_scheduler(sched):
+    w = small()
+    r = run_simulation(w, SimConfig(servers=30, racks=3, scheduler=sched, seed=3))
+    assert r["jobs"] == {"submitted": 12, "completed": 12, "failed": 0, "refused": 0}
+    assert r["tasks"]["completed"] == w.total_tasks
+    assert set(r) >= {"schema", "mode", "workload", "cluster", "scheduler", "jobs", "tasks",
+                      "job_completion_s", "small_job_completion_s", "task_queue_delay_s", "locality",
+                      "utilization", "fairness", "throughput", "sim_time_s"}
+
+
+def test_same_seed_same_report_and_wire_changes_nothing():
+    cfg = SimConfig(servers=30, racks=3, seed=5, fail_prob=0.05)
+    a = run_simulation(small(1), cfg)
+    b = run_simulation(small(1), cfg)
+    assert strip(a) == strip(b)
+    cfg.wire = False
+    c = run_simulation(small(1), cfg)
+    assert strip(c).replace('"wire": false', '"wire": true') == strip(a)
+
+
+def test_pn_crashes_and_task_failures_still_complete_every_job():
+    w = load_workload("heavytail:jobs=30", seed=2)
+    crashes = [(5.0, s, 200.0) for s in range(0, 12, 2)] + [(30.0, 1, 5.0)]
+    r = run_simulation(w, SimConfig(servers=24, racks=4, seed=2, crashes=crashes, fail_prob=0.02,
+                                    liveness_s=5.0))
+    assert r["jobs"]["completed"] == 30 and r["jobs"]["failed"] == 0
+    assert r["tasks"]["failed"] > 0
+
+
+def test_task_that_always_fails_fails_its_job_with_reason():
+    good = JobSpec("good", [StageSpec("s", 2, np.ones(2))])
+    bad = JobSpec("bad", [StageSpec("s", 1, np.ones(1))], max_retries=2, arrival_s=1.0)
+    r = run_simulation(Workload("w", [good, bad]), SimConfig(servers=4, racks=1, fail_prob=1.0))
+    assert r["jobs"]["failed"] == 2 and r["tasks"]["failed"] >= 3
+
+
+def test_oversized_task_is_refused_not_run():
+    big = JobSpec("big", [StageSpec("s", 1, np.ones(1), cpu=64)])
+    ok = JobSpec("ok", [StageSpec("s", 1, np.ones(1))], arrival_s=1.0)
+    r = run_simulation(Workload("w", [big, ok]), SimConfig(servers=4, racks=1))
+    assert r["jobs"]["refused"] == 1 and r["jobs"]["completed"] == 1
+
+
+def test_locality_is_mostly_node_local_with_apollo():
+    w = load_workload("smalljobs:jobs=40", seed=1)
+    r = run_simulation(w, SimConfig(servers=40, racks=4, seed=1))
+    assert r["locality"]["node"] > 0.6
+
+
+def test_real_trace_slice(traces):
+    w = load_workload(str(traces / "FB-2009_samples_24_times_1hr_0_first50jobs.tsv"), cluster_servers=50)
+    r = run_simulation(w, SimConfig(servers=50, racks=5, seed=1))
+    assert r["jobs"]["completed"] == 50
