@@ -23,7 +23,7 @@ def _simulate(args: argparse.Namespace) -> int:
                     scheduler=args.scheduler, tokens=args.tokens, seed=args.seed, wire=not args.no_wire,
                     net=NetModel(latency_s=args.latency_ms / 1000, loss=args.loss),
                     fail_prob=args.fail_prob, slow_fraction=args.slow_fraction,
-                    opportunistic=not args.no_opportunistic)
+                    opportunistic=args.opportunistic)
     if args.load:
         workload.scaled_to_load(args.load, cfg.servers * cfg.cores)
     for spec in args.crash or []:
@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--loss", type=float, default=0.0)
     s.add_argument("--fail-prob", type=float, default=0.0, help="chance a task attempt fails")
     s.add_argument("--slow-fraction", type=float, default=0.0, help="fraction of slow servers")
-    s.add_argument("--no-opportunistic", action="store_true", help="Apollo: no tasks beyond tokens")
+    s.add_argument("--opportunistic", action="store_true",
+                   help="Apollo: dispatch beyond tokens as opportunistic (preemptible) tasks")
     s.add_argument("--crash", action="append", metavar="T:SERVER:DOWN", help="crash a PN at T for DOWN s")
 
     b = sub.add_parser("bench", help="benchmarks (matching, scale)")

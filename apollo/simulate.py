@@ -38,7 +38,9 @@ class SimConfig:
     slow_factor: float = 3.0
     crashes: list = field(default_factory=list)   # (time_s, server, down_for_s)
     max_sim_s: float = float("inf")
-    opportunistic: bool = True       # Apollo dispatches beyond its tokens as opportunistic tasks
+    # Apollo may dispatch beyond its tokens as opportunistic tasks. Off by default: with
+    # even-split tokens regular work claims the whole cluster and most of it gets preempted.
+    opportunistic: bool = False
 
 
 class TaskTruth:
@@ -94,7 +96,7 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
                           dead_after_s=3 * pncfg.liveness_s), make_token_policy(token_name))
     jmcfg = JmConfig(topology=topo, policy=cfg.scheduler, io=cfg.io, cpu_grid=pncfg.cpu_grid,
                      mem_grid=pncfg.mem_grid, opportunistic=cfg.opportunistic)
-    host = JmHost(jmcfg, shapes)
+    host = JmHost(jmcfg)
     client = Client(len(workload.jobs), rt)
     rt.add("rm", rm)
     rt.add("jmhost", host)

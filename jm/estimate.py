@@ -39,19 +39,20 @@ def localities(cand: np.ndarray, reps: np.ndarray, rack_of: np.ndarray) -> np.nd
 
 
 def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.ndarray,
-          shape_idx: np.ndarray, now: float, view, extra: np.ndarray | None,
-          extra_since: np.ndarray | None, fail_rate: np.ndarray | None, io: IoModel,
+          shape_idx: np.ndarray, cpu: np.ndarray, now: float, view, fail_rate: np.ndarray | None, io: IoModel,
           cfg: EstimateConfig, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(C, E, W) float[B, K] for candidate matrix ``cand``; infeasible entries of C are inf."""
     bw = io.bandwidths()
     I = io.init_s + in_bytes[:, None] / bw[loc]
     wait = view.matrices[cand, shape_idx[:, None]].astype(np.float64)
-    age = np.clip(now - view.stamps[cand], 0.0, cfg.max_stale_s)
-    # The reading's queue has drained since it was taken, but new work may have come: trust it less.
-    W = np.maximum(wait - age, 0.0) + cfg.stale_penalty * age
-    if extra is not None:
-        # Work this JM sent after the server's last reading was taken.
-        W += np.where(view.stamps[cand] <= extra_since[cand], extra[cand], 0.0)
+    stamps = view.stamps[cand]
+    # The queue has drained since the reading was planned (waits count down from its stamp).
+    drained = np.maximum(wait - np.maximum(now - stamps, 0.0), 0.0)
+    # PNs report on change, so a quiet server's reading stays right; what is uncertain is the
+    # time since anyone vouched for it: the RM's last view, or a newer piggybacked reading.
+    age = np.clip(now - np.maximum(stamps, view.time), 0.0, cfg.max_stale_s)
+    W = drained + cfg.stale_penalty * age
+    W += view.pending_wait(cand, cpu, now)   # work this host sent after the server's last reading
     E = I + W + runtime[:, None]
     p_fail = cfg.failure_prior if fail_rate is None else np.maximum(fail_rate[cand], cfg.failure_prior)
     C = (1.0 - p_fail) * E + cfg.kfail * p_fail * E

@@ -16,9 +16,9 @@ from .view import ViewCache
 
 
 class JmHost:
-    def __init__(self, config: JmConfig, shapes: int) -> None:
+    def __init__(self, config: JmConfig) -> None:
         self.cfg = config
-        self.view = ViewCache(config.topology.servers, shapes)
+        self.view = ViewCache(config.topology.servers, config.cpu_grid, config.mem_grid)
         self.jms: dict[int, JmState] = {}
         self.started = 0
 

@@ -45,8 +45,8 @@ class JmConfig:
     cpu_grid: tuple[float, ...] = (1.0, 2.0, 4.0)
     mem_grid: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0)
     max_batch: int = 2000
-    max_batches_per_pass: int = 16
-    max_rounds: int = 32
+    max_batches_per_pass: int = 64
+    max_rounds: int = 64
     per_rack: int = 2
     retry_s: float = 0.5
     opportunistic: bool = True        # Apollo only: dispatch beyond tokens as opportunistic
@@ -130,9 +130,6 @@ class JmState:
         self.done = 0
         self.finished = False
         self.failed_reason = ""
-        self._extra: np.ndarray | None = None       # wait this JM added per server since its reading
-        self._extra_since: np.ndarray | None = None
-        self._sent_cpu: np.ndarray | None = None     # CPUs this JM sent per server since its reading
         self._fail_rate: np.ndarray | None = None
         self._fail_seen: dict[int, int] = {}
         self._retry_pending = False
@@ -337,6 +334,8 @@ class JmState:
 
     def _schedule(self, now: float, rng, out: list) -> None:
         cfg = self.cfg
+        if not self._has_ready() and not self.outstanding_opp:
+            return
         allow_opp = cfg.opportunistic and cfg.policy == "apollo"
         placed_total = 0
         blocked = False
@@ -352,7 +351,7 @@ class JmState:
             if not batch:
                 break
             ids = np.asarray(batch, dtype=np.int64)
-            servers, wait = self._place(ids, now, rng)
+            servers, wait, where = self._place(ids, now, rng)
             ok = servers != UNMATCHED
             if not ok.any():
                 self._push_back(batch)
@@ -362,7 +361,8 @@ class JmState:
             # Dispatch in order of quality: lowest expected wait first gets the tokens.
             order = np.argsort(wait[ok], kind="stable")
             placed, psrv = placed[order], servers[ok][order]
-            n_placed = self._dispatch(placed, psrv, wait[ok][order], now, reg_room, opp_room, out)
+            n_placed = self._dispatch(placed, psrv, wait[ok][order], where[ok][order], now, reg_room,
+                                      opp_room, out)
             if n_placed < len(placed):
                 self._push_back(placed[n_placed:].tolist())
             self._push_back([t for t, o in zip(batch, ok) if not o])
@@ -391,11 +391,20 @@ class JmState:
             out.append(Send(f"pn:{int(self.server[t])}", UpgradeTask(self.job_id, t, int(self.attempt[t]))))
             out.append(Log("upgraded", (self.job_id, t)))
 
+    def _locality_at(self, ids: np.ndarray, srv: np.ndarray) -> np.ndarray:
+        reps = np.full((len(ids), 3), -1, dtype=np.int64)
+        sidx = self.stage_of[ids]
+        for i, st in enumerate(self.stages):
+            m = sidx == i
+            if st.reps is not None and m.any():
+                reps[m] = st.reps[ids[m] - st.offset]
+        return est.localities(srv[:, None], reps, self.cfg.topology.rack_of)[:, 0]
+
     def _has_ready(self) -> bool:
         return any(st.ready for st in self.stages)
 
-    def _place(self, ids: np.ndarray, now: float, rng) -> tuple[np.ndarray, np.ndarray]:
-        """Server per task (UNMATCHED: not this pass) and the expected wait there."""
+    def _place(self, ids: np.ndarray, now: float, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Server per task (UNMATCHED: not this pass), the expected wait and the locality there."""
         cfg = self.cfg
         topo = cfg.topology
         view = self.view
@@ -404,9 +413,9 @@ class JmState:
         if cfg.policy == "random":
             alive = np.flatnonzero(view.alive)
             if len(alive) == 0:
-                return np.full(B, UNMATCHED, dtype=np.int64), np.zeros(B)
+                return np.full(B, UNMATCHED, dtype=np.int64), np.zeros(B), np.full(B, REMOTE)
             srv = alive[rng.integers(0, len(alive), size=B)].astype(np.int64)
-            return srv, np.zeros(B)
+            return srv, np.zeros(B), self._locality_at(ids, srv)
         reps = np.full((B, 3), -1, dtype=np.int64)
         in_bytes = np.empty(B)
         runtime = np.empty(B)
@@ -427,22 +436,25 @@ class JmState:
         if cfg.policy == "fifo":
             return self._place_fifo(cand, valid, reps, shape, cpu, now)
         loc = est.localities(cand, reps, topo.rack_of)
-        C, E, W = est.costs(cand, loc, in_bytes, runtime, shape, now, view, self._extra, self._extra_since,
-                         self._fail_rate, cfg.io, cfg.estimate, rng)
+        C, E, W = est.costs(cand, loc, in_bytes, runtime, shape, cpu, now, view, self._fail_rate, cfg.io,
+                            cfg.estimate, rng)
         C[~valid] = np.inf
         if cfg.policy == "apollo":
             srv = stable_match(cand, C, cfg.max_rounds)
         else:  # greedy: each task in priority order, its earliest completion, updating as it goes
             srv = greedy_match(cand, C, load=runtime * cpu / topo.cores)
         wait = np.zeros(B)
+        where = np.full(B, REMOTE)
         ok = srv != UNMATCHED
         if ok.any():
             k = np.argmax(cand[ok] == srv[ok, None], axis=1)
             wait[ok] = W[ok, k]
-        return srv, wait
+            where[ok] = loc[ok, k]
+        return srv, wait, where
 
-    def _place_fifo(self, cand, valid, reps, shape, cpu, now) -> tuple[np.ndarray, np.ndarray]:
+    def _place_fifo(self, cand, valid, reps, shape, cpu, now) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Hadoop FIFO: a task goes only where a slot is free now, node-local first, then rack, then any."""
+        self._now = now
         view = self.view
         topo = self.cfg.topology
         B = len(cand)
@@ -468,43 +480,33 @@ class JmState:
             if choice >= 0:
                 srv[b] = choice
                 free[choice] = free[choice] - cpu[b]
-        return srv, np.zeros(B)
+        where = np.full(B, REMOTE)
+        ok = srv != UNMATCHED
+        if ok.any():
+            where[ok] = est.localities(srv[ok, None], reps[ok], topo.rack_of)[:, 0]
+        return srv, np.zeros(B), where
 
     def _free_cpu_now(self) -> "dict[int, float]":
-        """CPUs free per server as the view reports them, less what this JM sent since."""
+        """CPUs free per server as the view reports them, less what this host sent since."""
         view = self.view
-        grid = self.cfg.cpu_grid
-        nm = len(self.cfg.mem_grid)
-
-        sent, since = self._sent_cpu, self._extra_since
+        now = self._now
 
         class Free(dict):
             def __missing__(d, s):
-                row = view.matrices[s]
-                f = 0.0
-                if view.alive[s]:
-                    for ci, c in enumerate(grid):
-                        if row[ci * nm] <= 0.0:
-                            f = c
-                if sent is not None and view.stamps[s] <= since[s]:
-                    f -= sent[s]
+                f = float(view.free_cpu(np.array([s]), now)[0]) if view.alive[s] else 0.0
                 d[s] = f
                 return f
         return Free()
 
-    def _dispatch(self, ids: np.ndarray, srv: np.ndarray, wait: np.ndarray, now: float, reg_room: float,
-                  opp_room: float, out: list) -> int:
+    def _dispatch(self, ids: np.ndarray, srv: np.ndarray, wait: np.ndarray, where: np.ndarray, now: float,
+                  reg_room: float, opp_room: float, out: list) -> int:
         """Send placed tasks (in quality order) while tokens last, then as opportunistic tasks
         to servers expected to be idle now; returns how many of ``ids`` went out (a prefix)."""
         cfg = self.cfg
         topo = cfg.topology
         by_server: dict[int, list] = {}
         n = 0
-        if self._extra is None:
-            self._extra = np.zeros(topo.servers)
-            self._extra_since = np.full(topo.servers, -np.inf)
-            self._sent_cpu = np.zeros(topo.servers)
-        for t, s, w in zip(ids.tolist(), srv.tolist(), wait.tolist()):
+        for t, s, w, loc in zip(ids.tolist(), srv.tolist(), wait.tolist(), where.tolist()):
             st = self.stages[self.stage_of[t]]
             spec = st.spec
             if reg_room >= spec.cpu:
@@ -518,13 +520,6 @@ class JmState:
             else:
                 break
             i = t - st.offset
-            loc = REMOTE
-            if st.reps is not None:
-                r = st.reps[i]
-                if s in r:
-                    loc = 0
-                elif topo.rack_of[s] in topo.rack_of[r]:
-                    loc = 1
             self.attempt[t] += 1
             self.state[t] = step(int(self.state[t]), "dispatch")
             self.server[t] = s
@@ -533,10 +528,7 @@ class JmState:
             self.start_t[t] = -1.0
             self.locality[t] = loc
             est_rt = st.est_runtime + cfg.io.io_time(float(st.in_bytes[i]), loc)
-            fresh = self._extra_since[s] < self.view.stamps[s]   # a reading newer than our last send
-            self._extra[s] = (0.0 if fresh else self._extra[s]) + est_rt * spec.cpu / topo.cores
-            self._sent_cpu[s] = (0.0 if fresh else self._sent_cpu[s]) + spec.cpu
-            self._extra_since[s] = now
+            self.view.record_dispatch(s, est_rt * spec.cpu / topo.cores, spec.cpu, now)
             by_server.setdefault(s, []).append(TaskSpec(
                 self.job_id, t, int(self.attempt[t]), st.index, spec.cpu, spec.mem_gb,
                 float(spec.durations_s[i]), float(st.in_bytes[i]), loc, est_rt, opp,

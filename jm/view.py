@@ -13,15 +13,50 @@ from apollo.messages import ClusterView
 
 
 class ViewCache:
-    def __init__(self, servers: int, shapes: int) -> None:
+    def __init__(self, servers: int, cpu_grid: tuple[float, ...], mem_grid: tuple[float, ...]) -> None:
         self.servers = servers
-        self.shapes = shapes
+        self.cpu_grid = cpu_grid
+        self.mem_grid = mem_grid
+        self.shapes = shapes = len(cpu_grid) * len(mem_grid)
         self.matrices = np.zeros((servers, shapes), dtype=np.float32)
         self.stamps = np.full(servers, -np.inf)
         self.boot_times = np.zeros(servers)
         self.alive = np.ones(servers, dtype=bool)   # optimistic until the RM says otherwise
         self.lightly_loaded = np.arange(servers, dtype=np.int32)
         self.time = -np.inf                          # when the RM's last view was taken
+        # The host's own dispatch ledger: work its JMs sent to each server after that server's
+        # last reading (expected busy seconds per core, and CPUs). Co-located JMs thereby see
+        # each other's placements before any PN reports them.
+        self.sent_wait = np.zeros(servers)
+        self.sent_cpu = np.zeros(servers)
+        self.sent_at = np.full(servers, -np.inf)
+
+    def record_dispatch(self, server: int, wait_s: float, cpu: float, now: float) -> None:
+        if self.sent_at[server] < self.stamps[server]:     # a reading newer than our last send
+            self.sent_wait[server] = 0.0
+            self.sent_cpu[server] = 0.0
+        self.sent_wait[server] += wait_s
+        self.sent_cpu[server] += cpu
+        self.sent_at[server] = now
+
+    def free_cpu(self, servers: np.ndarray, now: float) -> np.ndarray:
+        """CPUs free at ``now`` per the servers' readings (largest grid shape with no wait, at the
+        smallest memory), less what this host sent since those readings."""
+        nm = len(self.mem_grid)
+        age = now - self.stamps[servers]
+        free = np.zeros(np.shape(servers))
+        for ci, c in enumerate(self.cpu_grid):
+            free = np.where(self.matrices[servers, ci * nm] - age <= 0.0, c, free)
+        return free - self.pending_cpu(servers)
+
+    def pending_cpu(self, servers) -> np.ndarray:
+        return np.where(self.stamps[servers] <= self.sent_at[servers], self.sent_cpu[servers], 0.0)
+
+    def pending_wait(self, cand: np.ndarray, cpu: np.ndarray, now: float) -> np.ndarray:
+        """Wait added by this host's own sends that the readings do not show yet: none while the
+        server still has ``cpu`` free after them, else their expected work per core."""
+        sent = np.where(self.stamps[cand] <= self.sent_at[cand], self.sent_wait[cand], 0.0)
+        return np.where(self.free_cpu(cand, now) >= cpu[:, None] - 1e-9, 0.0, sent)
 
     def apply_view(self, v: ClusterView) -> None:
         n = self.servers

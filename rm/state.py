@@ -60,6 +60,7 @@ class RmState:
         self.next_job_id = 0
         self._host_rr = 0
         self._tokens_dirty = False
+        self._running = 0                # admitted jobs not yet done
 
     @property
     def capacity(self) -> float:
@@ -157,19 +158,23 @@ class RmState:
         return out + self._admit(e, now)
 
     def _admit(self, e: JobEntry, now: float) -> list:
-        grants = self._allocate()
-        e.tokens = grants.get(e.job_id, 0)
+        self._running += 1
+        cap = self.capacity or self.cfg.servers * self.cfg.server_cores
+        me = JobDemandView(e.job_id, e.submitted_at, e.demand)
+        e.tokens = self.policy.initial(me, self._running, cap, self._demand_views)
         hosts = self.cfg.jm_hosts
         e.host = hosts[self._host_rr % len(hosts)]
         self._host_rr += 1
         self._tokens_dirty = True  # the others' shares moved; sent on the next tick
         return [Send(e.host, StartJob(e.job_id, e.spec, e.tokens, e.submitted_at, e.reply_to))]
 
+    def _demand_views(self) -> list[JobDemandView]:
+        return [JobDemandView(e.job_id, e.submitted_at, e.demand)
+                for e in self.jobs.values() if e.state == "running"]
+
     def _allocate(self) -> dict[int, int]:
-        running = [JobDemandView(e.job_id, e.submitted_at, e.demand)
-                   for e in self.jobs.values() if e.state == "running"]
         cap = self.capacity or self.cfg.servers * self.cfg.server_cores
-        return self.policy.allocate(running, cap)
+        return self.policy.allocate(self._demand_views(), cap)
 
     def _regrant(self) -> list:
         self._tokens_dirty = False
@@ -188,6 +193,7 @@ class RmState:
         e.state = "done" if msg.ok else ("cancelled" if msg.reason == "cancelled" else "failed")
         self.store.finish(msg.job_id, e.state, msg.reason, now)
         del self.jobs[msg.job_id]   # the store keeps the record; memory keeps only live jobs
+        self._running -= 1
         self._tokens_dirty = True
         return [Send(e.reply_to, msg)]
 

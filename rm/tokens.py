@@ -7,6 +7,7 @@ implement the same interface.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -48,6 +49,12 @@ class TokenPolicy:
     def allocate(self, jobs: list[JobDemandView], capacity: float) -> dict[int, int]:
         raise NotImplementedError
 
+    def initial(self, job: JobDemandView, running: int, capacity: float,
+                jobs: Callable[[], list[JobDemandView]]) -> int:
+        """Tokens for a job being admitted now, one of ``running`` admitted jobs (``jobs()``
+        lists them all); the others are re-balanced on the RM's next tick."""
+        return self.allocate(jobs(), capacity).get(job.job_id, 0)
+
 
 class FixedTokens(TokenPolicy):
     """Every job gets the same configured number of tokens."""
@@ -63,6 +70,11 @@ class FixedTokens(TokenPolicy):
 class EvenSplit(TokenPolicy):
     """Capacity split max-min fairly over the jobs' demands (equal weights)."""
     name = "even"
+
+    def initial(self, job, running, capacity, jobs):
+        # An equal share, capped by demand: what water-filling gives a job whose demand is at
+        # or below the fair level; exact shares follow on the next tick. O(1) per admission.
+        return max(1 if job.demand > 0 else 0, int(min(job.demand, capacity / max(running, 1))))
 
     def allocate(self, jobs, capacity):
         if not jobs:

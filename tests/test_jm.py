@@ -18,7 +18,7 @@ TOPO = Topology(20, 4)
 
 
 def view(wait=0.0, stamp=0.0):
-    v = ViewCache(20, 12)
+    v = ViewCache(20, (1.0, 2.0, 4.0), (2.0, 4.0, 8.0, 16.0))
     v.matrices[:] = wait
     v.stamps[:] = stamp
     return v
@@ -51,8 +51,7 @@ def test_localities_and_io_cost():
     loc = est.localities(cand, reps, TOPO.rack_of)
     assert loc.tolist() == [[NODE, RACK, RACK, REMOTE]]  # rack_of: 0-4, 5-9, 10-14, 15-19
     v = view()
-    C, E, _ = est.costs(cand, loc, np.array([100e6]), np.array([1.0]), np.array([0]), 0.0, v, None, None,
-                     None, IoModel(), est.EstimateConfig(tie_noise_s=0.0), Rng())
+    C, E, _ = est.costs(cand, loc, np.array([100e6]), np.array([1.0]), np.array([0]), np.ones(1), 0.0, v, None, IoModel(), est.EstimateConfig(tie_noise_s=0.0), Rng())
     io = IoModel()
     assert E[0, 0] == pytest.approx(io.init_s + 100e6 / io.node_bytes_per_s + 1.0)
     assert E[0, 3] == pytest.approx(io.init_s + 100e6 / io.remote_bytes_per_s + 1.0)
@@ -64,9 +63,9 @@ def test_wait_from_matrix_is_pessimistic_with_age():
     cfg = est.EstimateConfig(tie_noise_s=0.0, stale_penalty=0.5)
     cand = np.array([[1]])
     loc = np.array([[REMOTE]], dtype=np.uint8)
-    args = (cand, loc, np.zeros(1), np.zeros(1), np.array([0]))
-    _, fresh, _ = est.costs(*args, 0.0, v, None, None, None, IoModel(init_s=0.0), cfg, Rng())
-    _, old, _ = est.costs(*args, 4.0, v, None, None, None, IoModel(init_s=0.0), cfg, Rng())
+    args = (cand, loc, np.zeros(1), np.zeros(1), np.array([0]), np.ones(1))
+    _, fresh, _ = est.costs(*args, 0.0, v, None, IoModel(init_s=0.0), cfg, Rng())
+    _, old, _ = est.costs(*args, 4.0, v, None, IoModel(init_s=0.0), cfg, Rng())
     assert fresh[0, 0] == pytest.approx(10.0)
     assert old[0, 0] == pytest.approx(6.0 + 2.0)   # drained 4 s, plus 0.5 s per second of age
 
@@ -75,7 +74,7 @@ def test_dead_servers_cost_infinite():
     v = view()
     v.alive[3] = False
     C, _, _ = est.costs(np.array([[3, 4]]), np.array([[2, 2]], dtype=np.uint8), np.zeros(1), np.ones(1),
-                     np.array([0]), 0.0, v, None, None, None, IoModel(), est.EstimateConfig(), Rng())
+                     np.array([0]), np.ones(1), 0.0, v, None, IoModel(), est.EstimateConfig(), Rng())
     assert np.isinf(C[0, 0]) and np.isfinite(C[0, 1])
 
 

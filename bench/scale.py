@@ -1,0 +1,68 @@
+"""Scheduling at scale: the full Apollo scheduler simulated at growing cluster sizes.
+
+For each cluster size N the `scale` workload offers about one new task per
+server per second of simulated time (N tasks/s: 20,000/s at 20,000 servers,
+Apollo's production rate) for ``--seconds`` of arrivals, and every job runs to
+completion through the real actors (RM, JM host, N PN state objects).
+Reported per size: placement decisions per wall second and wall seconds per
+task (the whole run: kernel, PNs, RM, JMs). Messages skip the msgpack
+round trip here (the simulator's ``wire=False``): every other simulation and
+the test suite exercise the codec; this benchmark measures the scheduler.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from apollo.simulate import SimConfig, run_simulation
+from apollo.workloads import load_workload
+
+DEFAULT_SERVERS = (100, 1000, 5000, 20000)
+SERVERS_PER_RACK = 40
+
+
+def run_one(servers: int, seconds: float, seed: int = 1) -> dict:
+    workload = load_workload(f"scale:servers={servers},seconds={seconds}", seed=seed)
+    cfg = SimConfig(servers=servers, racks=max(1, servers // SERVERS_PER_RACK), seed=seed, wire=False)
+    t0 = time.perf_counter()
+    report = run_simulation(workload, cfg)
+    total_wall = time.perf_counter() - t0
+    tasks = report["tasks"]["completed"]
+    return {"servers": servers, "tasks": tasks, "jobs_completed": report["jobs"]["completed"],
+            "jobs": report["jobs"]["submitted"], "sim_time_s": report["sim_time_s"],
+            "wall_s": report["throughput"]["wall_s"], "setup_and_report_wall_s": total_wall - report["throughput"]["wall_s"],
+            "decisions_per_wall_s": report["throughput"]["decisions_per_wall_s"],
+            "wall_s_per_task": report["throughput"]["wall_s"] / max(tasks, 1),
+            "locality_node": report["locality"]["node"], "task_queue_delay_p95_s": report["task_queue_delay_s"]["p95"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="apollo bench scale", description=__doc__.split("\n\n")[0])
+    p.add_argument("--servers", default=",".join(map(str, DEFAULT_SERVERS)), help="comma-separated sizes")
+    p.add_argument("--seconds", type=float, default=60.0, help="simulated seconds of arrivals")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", help="write the results here")
+    a = p.parse_args(argv)
+    sizes = [int(x) for x in a.servers.split(",") if x]
+    rows = []
+    print(f"{'servers':>8} {'tasks':>9} {'sim s':>7} {'wall s':>8} {'decisions/wall s':>17} {'wall us/task':>13} {'node loc':>9}")
+    for n in sizes:
+        r = run_one(n, a.seconds, a.seed)
+        rows.append(r)
+        print(f"{n:>8} {r['tasks']:>9} {r['sim_time_s']:>7.1f} {r['wall_s']:>8.1f} {r['decisions_per_wall_s']:>17.0f} "
+              f"{r['wall_s_per_task'] * 1e6:>13.1f} {r['locality_node']:>9.1%}", flush=True)
+        if r["jobs_completed"] != r["jobs"]:
+            print(f"  warning: only {r['jobs_completed']} of {r['jobs']} jobs completed", file=sys.stderr)
+    out = {"servers": sizes, "decisions_per_wall_s": [r["decisions_per_wall_s"] for r in rows],
+           "wall_s_per_task": [r["wall_s_per_task"] for r in rows], "seconds": a.seconds, "runs": rows}
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=2) + "\n")
+        print(f"results: {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
