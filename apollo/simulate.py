@@ -31,7 +31,8 @@ class SimConfig:
     wire: bool = True                # encode every message to msgpack and back
     net: NetModel = field(default_factory=NetModel)
     io: IoModel = field(default_factory=IoModel)
-    heartbeat_s: float = 1.0
+    heartbeat_s: float = 2.0         # a changed PN re-reports to the RM within this (JMs hear sooner)
+    view_interval_s: float = 1.0     # the RM spreads its cluster view this often
     liveness_s: float = 60.0         # idle PNs report this often; the RM declares death after 3x
     fail_prob: float = 0.0           # chance a task attempt fails (a flaky machine, a bad input)
     slow_fraction: float = 0.0       # fraction of servers that run tasks slower (stragglers)
@@ -92,7 +93,7 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
                      liveness_s=cfg.liveness_s)
     shapes = len(pncfg.cpu_grid) * len(pncfg.mem_grid)
     token_name = cfg.tokens or ("fifo" if cfg.scheduler == "fifo" else "even")
-    rm = RmState(RmConfig(cfg.servers, shapes, cfg.cores, cfg.mem_gb, view_interval_s=cfg.heartbeat_s,
+    rm = RmState(RmConfig(cfg.servers, shapes, cfg.cores, cfg.mem_gb, view_interval_s=cfg.view_interval_s,
                           dead_after_s=3 * pncfg.liveness_s), make_token_policy(token_name))
     jmcfg = JmConfig(topology=topo, policy=cfg.scheduler, io=cfg.io, cpu_grid=pncfg.cpu_grid,
                      mem_grid=pncfg.mem_grid, opportunistic=cfg.opportunistic)

@@ -115,6 +115,7 @@ class JmState:
             offset += s.tasks
         n = offset
         self.n = n
+        self._cpu_of = np.array([st.spec.cpu for st in self.stages])
         self.stage_of = np.repeat(np.arange(len(self.stages), dtype=np.int32), [s.n for s in self.stages])
         self.state = np.full(n, int(S.PENDING), dtype=np.int8)
         self.attempt = np.zeros(n, dtype=np.int32)
@@ -503,37 +504,51 @@ class JmState:
         """Send placed tasks (in quality order) while tokens last, then as opportunistic tasks
         to servers expected to be idle now; returns how many of ``ids`` went out (a prefix)."""
         cfg = self.cfg
-        topo = cfg.topology
+        cores = cfg.topology.cores
+        cpu = self._cpu_of[self.stage_of[ids]]
+        # Regular while the tokens last, then opportunistic while the allowance lasts and the
+        # server is idle; the batch stops at the first task that is neither.
+        reg = np.cumsum(cpu) <= reg_room + 1e-9
+        n_reg = int(np.argmin(reg)) if not reg.all() else len(ids)
+        rest_cpu = np.cumsum(cpu[n_reg:])
+        opp_ok = (rest_cpu <= opp_room + 1e-9) & (wait[n_reg:] <= OPPORTUNISTIC_MAX_WAIT_S)
+        n_opp = int(np.argmin(opp_ok)) if not opp_ok.all() else len(opp_ok)
+        n = n_reg + n_opp
+        if n == 0:
+            return 0
+        ids, srv, cpu, where = ids[:n], srv[:n], cpu[:n], where[:n]
+        opp = np.arange(n) >= n_reg
+        if np.any(self.state[ids] != READY):
+            bad = int(ids[np.flatnonzero(self.state[ids] != READY)[0]])
+            step(int(self.state[bad]), "dispatch")     # raises IllegalTransition
+        self.used_tokens += float(cpu[~opp].sum())
+        self.outstanding_opp += float(cpu[opp].sum())
+        self.attempt[ids] += 1
+        self.state[ids] = DISPATCHED
+        self.server[ids] = srv
+        self.opp[ids] = opp
+        self.dispatch_t[ids] = now
+        self.start_t[ids] = -1.0
+        self.locality[ids] = where
+        sidx = self.stage_of[ids]
+        est_rt = np.empty(n)
+        for i, st in enumerate(self.stages):
+            m = sidx == i
+            if m.any():
+                local = ids[m] - st.offset
+                est_rt[m] = st.est_runtime + cfg.io.init_s + st.in_bytes[local] / cfg.io.bandwidths()[where[m]]
+        self.view.record_dispatches(srv, est_rt * cpu / cores, cpu, now)
         by_server: dict[int, list] = {}
-        n = 0
-        for t, s, w, loc in zip(ids.tolist(), srv.tolist(), wait.tolist(), where.tolist()):
-            st = self.stages[self.stage_of[t]]
+        stages = self.stages
+        for t, s, loc, rt, o, a, si in zip(ids.tolist(), srv.tolist(), where.tolist(), est_rt.tolist(),
+                                           opp.tolist(), self.attempt[ids].tolist(), sidx.tolist()):
+            st = stages[si]
             spec = st.spec
-            if reg_room >= spec.cpu:
-                opp = False
-                reg_room -= spec.cpu
-                self.used_tokens += spec.cpu
-            elif opp_room >= spec.cpu and w <= OPPORTUNISTIC_MAX_WAIT_S:
-                opp = True
-                opp_room -= spec.cpu
-                self.outstanding_opp += spec.cpu
-            else:
-                break
             i = t - st.offset
-            self.attempt[t] += 1
-            self.state[t] = step(int(self.state[t]), "dispatch")
-            self.server[t] = s
-            self.opp[t] = opp
-            self.dispatch_t[t] = now
-            self.start_t[t] = -1.0
-            self.locality[t] = loc
-            est_rt = st.est_runtime + cfg.io.io_time(float(st.in_bytes[i]), loc)
-            self.view.record_dispatch(s, est_rt * spec.cpu / topo.cores, spec.cpu, now)
             by_server.setdefault(s, []).append(TaskSpec(
-                self.job_id, t, int(self.attempt[t]), st.index, spec.cpu, spec.mem_gb,
-                float(spec.durations_s[i]), float(st.in_bytes[i]), loc, est_rt, opp,
-                spec.command, spec.env, spec.cwd, spec.timeout_s, spec.command is not None))
-            n += 1
+                self.job_id, t, a, si, spec.cpu, spec.mem_gb, float(spec.durations_s[i]),
+                float(st.in_bytes[i]), loc, rt, o, spec.command, spec.env, spec.cwd, spec.timeout_s,
+                spec.command is not None))
         for s, tasks in by_server.items():
             out.append(Send(f"pn:{s}", Dispatch(self.job_id, tasks)))
         return n

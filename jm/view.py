@@ -31,13 +31,15 @@ class ViewCache:
         self.sent_cpu = np.zeros(servers)
         self.sent_at = np.full(servers, -np.inf)
 
-    def record_dispatch(self, server: int, wait_s: float, cpu: float, now: float) -> None:
-        if self.sent_at[server] < self.stamps[server]:     # a reading newer than our last send
-            self.sent_wait[server] = 0.0
-            self.sent_cpu[server] = 0.0
-        self.sent_wait[server] += wait_s
-        self.sent_cpu[server] += cpu
-        self.sent_at[server] = now
+    def record_dispatches(self, servers: np.ndarray, wait_s: np.ndarray, cpu: np.ndarray, now: float) -> None:
+        """Note tasks sent now: ``wait_s`` expected busy seconds per core, ``cpu`` CPUs, per task."""
+        fresh = self.sent_at[servers] < self.stamps[servers]   # a reading newer than our last send
+        if fresh.any():
+            self.sent_wait[servers[fresh]] = 0.0
+            self.sent_cpu[servers[fresh]] = 0.0
+        np.add.at(self.sent_wait, servers, wait_s)
+        np.add.at(self.sent_cpu, servers, cpu)
+        self.sent_at[servers] = now
 
     def free_cpu(self, servers: np.ndarray, now: float) -> np.ndarray:
         """CPUs free at ``now`` per the servers' readings (largest grid shape with no wait, at the
