@@ -31,7 +31,7 @@ class SimConfig:
     wire: bool = True                # encode every message to msgpack and back
     net: NetModel = field(default_factory=NetModel)
     io: IoModel = field(default_factory=IoModel)
-    heartbeat_s: float = 2.0         # a changed PN re-reports to the RM within this (JMs hear sooner)
+    heartbeat_s: float = 1.0         # a changed PN re-reports to the RM within this
     view_interval_s: float = 1.0     # the RM spreads its cluster view this often
     liveness_s: float = 60.0         # idle PNs report this often; the RM declares death after 3x
     fail_prob: float = 0.0           # chance a task attempt fails (a flaky machine, a bad input)
