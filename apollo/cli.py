@@ -41,6 +41,87 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0 if report["jobs"]["failed"] == 0 else 1
 
 
+def _cluster(args: argparse.Namespace) -> int:
+    from apollo import livecluster
+    folder = Path(args.cluster).expanduser()
+    if args.action == "up":
+        info = livecluster.up(folder, pns=args.pns, racks=args.racks, procs=args.procs, cpus=args.cpus,
+                              mem_gb=args.mem_gb, scheduler=args.scheduler)
+        print(f"cluster up in {info['startup_s']:.2f} s: RM {info['rm']}, {args.pns} PNs in {args.racks} racks "
+              f"over {len(info['processes']) - 2} processes; files in {folder}")
+    elif args.action == "down":
+        for line in livecluster.down(folder):
+            print(line)
+    else:
+        st = livecluster.status(folder)
+        dead = 0
+        for p in st["processes"]:
+            extra = f" PNs {p['pns'][0]}-{p['pns'][-1]}" if p["pns"] else ""
+            print(f"{p['role']}{p['index']:<3} pid {p['pid']:<8} {p['address']:<22} "
+                  f"{'alive' if p['alive'] else 'DEAD'}{extra}")
+            dead += not p["alive"]
+        c = st["config"]
+        print(f"{c['pns']} PNs x {c['cpus']} cpu / {c['mem_gb']} GB in {c['racks']} racks; scheduler {c['scheduler']}")
+        print("jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(st["jobs"].items())) or "none"))
+        return 1 if dead else 0
+    return 0
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from apollo.client import Client
+    from apollo.jobfile import load_job_file
+    from apollo.runtime.live import run
+    spec = load_job_file(args.jobfile)
+
+    async def go() -> int:
+        async with Client(args.cluster) as c:
+            job_id = await c.submit(spec)
+            print(f"submitted job {job_id} ({spec.name}, {spec.total_tasks} tasks)")
+            if not args.wait:
+                return 0
+            done = await c.wait(job_id)
+            print(f"job {job_id} {'completed' if done.ok else 'FAILED: ' + done.reason} "
+                  f"({done.tasks_done} tasks done)")
+            return 0 if done.ok else 1
+    return run(go())
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    import sqlite3
+    db = Path(args.cluster).expanduser() / "jobs.db"
+    if not db.exists():
+        print(f"no jobs stored in {db}", file=sys.stderr)
+        return 1
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    for row in con.execute("SELECT job_id, name, state, submitted_at, finished_at, reason FROM jobs ORDER BY job_id"):
+        job_id, name, state, t0, t1, reason = row
+        took = f"{t1 - t0:.2f} s" if t1 is not None else "-"
+        print(f"{job_id:>6}  {state:<9} {took:>10}  {name}  {reason}")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from apollo.replay import replay
+    from apollo.report import summary_lines, write_report
+    from apollo.runtime.live import run
+    from apollo.workloads import load_workload
+    info_servers = __import__("json").loads((Path(args.cluster).expanduser() / "cluster.json").read_text())
+    workload = load_workload(args.trace, seed=args.seed,
+                             cluster_servers=info_servers["config"]["pns"]).first(args.jobs)
+    report, _ = run(replay(Path(args.cluster), workload, speedup=args.speedup))
+    print("\n".join(summary_lines(report)))
+    if args.json:
+        write_report(report, args.json)
+        print(f"report: {args.json}")
+    return 0 if report["jobs"]["failed"] == 0 else 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from apollo.demo import demo
+    return demo(Path(args.out), trace=args.trace, pns=args.pns, racks=args.racks, procs=args.procs,
+                jobs=args.jobs, seed=args.seed)
+
+
 def _bench(args: argparse.Namespace, rest: list[str]) -> int:
     import importlib
     names = ("matching", "scale")
@@ -78,6 +159,42 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks (matching, scale)")
     b.add_argument("name")
+
+    from apollo.livecluster import DEFAULT_DIR
+    c = sub.add_parser("cluster", help="a local multi-process cluster")
+    c.add_argument("action", choices=["up", "status", "down"])
+    c.add_argument("--cluster", default=str(DEFAULT_DIR))
+    c.add_argument("--pns", type=int, default=16)
+    c.add_argument("--racks", type=int, default=4)
+    c.add_argument("--procs", type=int, default=2, help="processes hosting the PNs")
+    c.add_argument("--cpus", type=float, default=2.0, help="CPUs per PN")
+    c.add_argument("--mem-gb", type=float, default=8.0)
+    c.add_argument("--scheduler", default="apollo", choices=["apollo", "greedy", "random", "fifo"])
+
+    sb = sub.add_parser("submit", help="submit a TOML job file")
+    sb.add_argument("jobfile")
+    sb.add_argument("--cluster", default=str(DEFAULT_DIR))
+    sb.add_argument("--wait", action="store_true")
+
+    j = sub.add_parser("jobs", help="list stored jobs")
+    j.add_argument("--cluster", default=str(DEFAULT_DIR))
+
+    r = sub.add_parser("replay", help="replay a trace on a live cluster")
+    r.add_argument("trace")
+    r.add_argument("--cluster", default=str(DEFAULT_DIR))
+    r.add_argument("--jobs", type=int, default=None)
+    r.add_argument("--speedup", type=float, default=1.0)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--json")
+
+    d = sub.add_parser("demo", help="the main job: a local cluster replaying a workload, with a report")
+    d.add_argument("--out", default="apollo-out")
+    d.add_argument("--trace", default=None, help="replay this trace file instead of the fb2009 generator")
+    d.add_argument("--jobs", type=int, default=None)
+    d.add_argument("--pns", type=int, default=16)
+    d.add_argument("--racks", type=int, default=4)
+    d.add_argument("--procs", type=int, default=2)
+    d.add_argument("--seed", type=int, default=0)
     return p
 
 
@@ -92,12 +209,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "simulate":
             return _simulate(args)
+        handlers = {"cluster": _cluster, "submit": _submit, "jobs": _jobs, "replay": _replay, "demo": _demo}
+        if args.cmd in handlers:
+            return handlers[args.cmd](args)
     except SpecError as e:
         print(f"apollo {args.cmd}: {e}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:
         print(f"apollo {args.cmd}: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:      # ClusterError and friends: a clear one-line reason
+        print(f"apollo {args.cmd}: {e}", file=sys.stderr)
+        return 1
     parser.print_help()
     return 2
 

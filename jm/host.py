@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from apollo.effects import CancelTimer, Log, SetTimer, Timer
-from apollo.messages import CancelJob, ClusterView, StartJob, StatusBatch, TokenGrant
+from apollo.effects import CancelTimer, Log, Send, SetTimer, Start, Timer
+from apollo.messages import CancelJob, ClusterView, JobDone, StartJob, StatusBatch, TokenGrant
 
 from .state import JmConfig, JmState
 from .view import ViewCache
@@ -21,6 +21,9 @@ class JmHost:
         self.view = ViewCache(config.topology.servers, config.cpu_grid, config.mem_grid)
         self.jms: dict[int, JmState] = {}
         self.started = 0
+        # Outcomes of finished jobs: if a restarted RM re-admits one (its JobDone was lost),
+        # the answer is repeated instead of running the job again.
+        self.finished: dict[int, JobDone] = {}
 
     def handle(self, event, now: float, rng) -> list:
         t = type(event)
@@ -48,11 +51,15 @@ class JmHost:
             return self._start(event, now, rng)
         if t is TokenGrant or t is CancelJob:
             return self._route(event.job_id, event, now, rng)
+        if t is Start:
+            return []
         return [Log("warn", (f"jm host ignored {t.__name__}",))]
 
     def _start(self, msg: StartJob, now: float, rng) -> list:
         if msg.job_id in self.jms:
             return []   # the RM re-admitted a job we already run (it restarted)
+        if msg.job_id in self.finished:
+            return [Send(self.cfg.rm, self.finished[msg.job_id])]
         jm = JmState(msg.job_id, msg.spec, msg.tokens, msg.submitted_at, self.cfg, self.view, msg.reply_to)
         self.jms[msg.job_id] = jm
         self.started += 1
@@ -71,6 +78,8 @@ class JmHost:
     def _reap(self, job_id: int, jm: JmState) -> None:
         if jm.finished:
             del self.jms[job_id]
+            self.finished[job_id] = JobDone(job_id, not jm.failed_reason, jm.failed_reason, jm.finished_at,
+                                            jm.done)
 
     @staticmethod
     def _wrap(job_id: int, effects: list) -> list:

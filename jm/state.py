@@ -310,7 +310,8 @@ class JmState:
         if self.finished:
             return
         self.finished = True
-        self.failed_reason = reason
+        self.finished_at = now
+        self.failed_reason = reason if not ok else ""
         act = np.flatnonzero((self.state == S.DISPATCHED) | (self.state == S.RUNNING))
         for t in act.tolist():
             out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))

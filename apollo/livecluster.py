@@ -1,0 +1,148 @@
+"""A local multi-process cluster: start, inspect and stop it (`apollo cluster up|status|down`).
+
+``up`` reserves a loopback port per process, writes DIR/cluster.json (every
+address, known before anyone starts) and a fresh DIR/secret (mode 0600),
+then starts an RM process, a JM host process and P processes hosting the
+PN actors, and waits until each is listening. ``down`` stops them with
+SIGTERM, then SIGKILL for any that linger.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_DIR = Path.home() / ".apollo" / "cluster"
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours counts as dead.
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
+
+
+def read_info(folder: Path) -> dict:
+    try:
+        return json.loads((folder / "cluster.json").read_text())
+    except FileNotFoundError:
+        raise ClusterError(f"no cluster in {folder} (run `apollo cluster up --cluster {folder}`)") from None
+
+
+def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float = 2.0, mem_gb: float = 8.0,
+       scheduler: str = "apollo", timeout_s: float = 15.0) -> dict:
+    folder.mkdir(parents=True, exist_ok=True)
+    if (folder / "cluster.json").exists():
+        old = json.loads((folder / "cluster.json").read_text())
+        if any(p.get("pid") and _alive(p["pid"]) for p in old.get("processes", [])):
+            raise ClusterError(f"a cluster is already running in {folder}; `apollo cluster down` it first")
+    if not (1 <= racks <= pns) or procs < 1:
+        raise ClusterError(f"need 1 <= racks <= pns and procs >= 1 (pns={pns}, racks={racks}, procs={procs})")
+    procs = min(procs, pns)
+    for f in folder.glob("ready-*"):
+        f.unlink()
+    secret_path = folder / "secret"
+    secret_path.write_text(secrets.token_hex(32))
+    os.chmod(secret_path, 0o600)
+    processes = [{"role": "rm", "index": 0, "address": f"127.0.0.1:{_free_port()}"},
+                 {"role": "jm", "index": 0, "address": f"127.0.0.1:{_free_port()}"}]
+    for k in range(procs):
+        processes.append({"role": "pn", "index": k, "address": f"127.0.0.1:{_free_port()}",
+                          "pns": list(range(k * pns // procs, (k + 1) * pns // procs))})
+    # One time origin for every process (CLOCK_MONOTONIC is machine-wide): the actors compare
+    # timestamps taken in different processes, so they must share a clock.
+    info = {"rm": processes[0]["address"], "processes": processes, "epoch": time.monotonic(),
+            "config": {"pns": pns, "racks": racks, "cpus": cpus, "mem_gb": mem_gb, "scheduler": scheduler}}
+    (folder / "cluster.json").write_text(json.dumps(info, indent=2))
+    started = time.monotonic()
+    for p in processes:
+        name = f"{p['role']}{p['index']}" if p["role"] == "pn" else p["role"]
+        out = open(folder / f"{name}.out", "ab")
+        child = subprocess.Popen([sys.executable, "-m", "apollo.node", "--cluster", str(folder), "--role",
+                                  p["role"], "--index", str(p["index"])], stdout=out, stderr=out,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        p["pid"] = child.pid
+    (folder / "cluster.json").write_text(json.dumps(info, indent=2))
+    deadline = time.monotonic() + timeout_s
+    waiting = {f"ready-{p['role']}{p['index']}": p for p in processes}
+    while waiting and time.monotonic() < deadline:
+        for f in list(waiting):
+            if (folder / f).exists():
+                del waiting[f]
+        for p in waiting.values():
+            if not _alive(p["pid"]):
+                down(folder)
+                raise ClusterError(f"{p['role']} process {p['index']} exited during start-up; "
+                                   f"see {folder}/{p['role']}*.out and .log")
+        time.sleep(0.01)
+    if waiting:
+        down(folder)
+        raise ClusterError(f"processes not ready after {timeout_s:.0f} s: {sorted(waiting)}")
+    info["startup_s"] = time.monotonic() - started
+    return info
+
+
+def down(folder: Path, grace_s: float = 5.0) -> list[str]:
+    """Stop every process of the cluster; returns what was done, one line each."""
+    info = read_info(folder)
+    lines = []
+    procs = [p for p in info["processes"] if p.get("pid")]
+    for p in procs:
+        if _alive(p["pid"]):
+            try:
+                os.killpg(p["pid"], signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_alive(p["pid"]) for p in procs):
+        time.sleep(0.02)
+    for p in procs:
+        if _alive(p["pid"]):
+            os.killpg(p["pid"], signal.SIGKILL)
+            lines.append(f"{p['role']}{p['index']} (pid {p['pid']}) did not stop in {grace_s:.0f} s: killed")
+        else:
+            lines.append(f"{p['role']}{p['index']} (pid {p['pid']}) stopped")
+    for f in folder.glob("ready-*"):
+        f.unlink()
+    return lines
+
+
+def status(folder: Path) -> dict:
+    info = read_info(folder)
+    rows = []
+    for p in info["processes"]:
+        rows.append({"role": p["role"], "index": p["index"], "pid": p.get("pid"), "address": p["address"],
+                     "alive": bool(p.get("pid")) and _alive(p["pid"]), "pns": p.get("pns", [])})
+    jobs = {}
+    db = folder / "jobs.db"
+    if db.exists():
+        import sqlite3
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        for state, n in con.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state"):
+            jobs[state] = n
+        con.close()
+    return {"processes": rows, "config": info["config"], "jobs": jobs}

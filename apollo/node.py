@@ -1,0 +1,119 @@
+"""One process of a local live cluster: `python -m apollo.node --cluster DIR --role ROLE [--index K]`.
+
+Roles: ``rm`` (the Resource Monitor with its SQLite job store), ``jm`` (a JM host)
+and ``pn`` (a host of several PN actors). Addresses come from DIR/cluster.json,
+which the launcher writes before starting anyone, so every process knows
+every route from the start. Report records (the actors' Log effects) go to
+DIR/events-ROLE[K].jsonl; the process log to DIR/ROLE[K].log.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from apollo.cluster import Topology
+from apollo.runtime.live import LiveRuntime, run
+from jm.host import JmHost
+from jm.state import JmConfig
+from pn.state import PnConfig, PnState
+from rm.state import RmConfig, RmState
+from rm.store import SqliteJobStore
+from rm.tokens import make_token_policy
+
+RECORDED = {"attempt", "job_done", "job_submitted", "job_refused", "decisions", "preempted", "upgraded", "warn"}
+
+
+class EventFile:
+    """Appends the actors' report records as JSON lines (flushed per line: a crash loses none)."""
+
+    def __init__(self, path: Path) -> None:
+        self.f = open(path, "a", buffering=1)
+
+    def __call__(self, kind: str, data: tuple, now: float) -> None:
+        if kind in RECORDED:
+            self.f.write(json.dumps([kind, now, list(data)], default=float) + "\n")
+        if kind == "warn":
+            logging.getLogger("apollo.actor").warning("%s", data)
+
+
+def load_cluster(folder: Path) -> tuple[dict, bytes]:
+    info = json.loads((folder / "cluster.json").read_text())
+    secret = (folder / "secret").read_bytes().strip()
+    return info, secret
+
+
+def pn_config(cfg: dict) -> PnConfig:
+    return PnConfig(cores=cfg["cpus"], mem_gb=cfg["mem_gb"], heartbeat_s=0.2, liveness_s=1.0)
+
+
+def build_runtime(folder: Path, role: str, index: int) -> tuple[LiveRuntime, dict]:
+    info, secret = load_cluster(folder)
+    cfg = info["config"]
+    me = next(p for p in info["processes"] if p["role"] == role and p.get("index", 0) == index)
+    name = f"{role}{index}" if role == "pn" else role
+    rt = LiveRuntime(secret, log_sink=EventFile(folder / f"events-{name}.jsonl"),
+                     workdir=str(folder / "work" / name), epoch=info["epoch"])
+    pncfg = pn_config(cfg)
+    shapes = len(pncfg.cpu_grid) * len(pncfg.mem_grid)
+    topo = Topology(cfg["pns"], cfg["racks"], cfg["cpus"], cfg["mem_gb"])
+    for p in info["processes"]:
+        if p is me:
+            continue
+        if p["role"] == "rm":
+            rt.add_route("rm", p["address"])
+        elif p["role"] == "jm":
+            rt.add_route("jmhost", p["address"])
+            rt.add_route("jm", p["address"])
+        else:
+            for s in p["pns"]:
+                rt.add_route(f"pn:{s}", p["address"])
+    if role == "rm":
+        store = SqliteJobStore(str(folder / "jobs.db"))
+        rt.add("rm", RmState(RmConfig(cfg["pns"], shapes, cfg["cpus"], cfg["mem_gb"], view_interval_s=0.25,
+                                      dead_after_s=3.0), make_token_policy(cfg.get("tokens", "even")), store))
+    elif role == "jm":
+        host = JmHost(JmConfig(topology=topo, policy=cfg.get("scheduler", "apollo"), cpu_grid=pncfg.cpu_grid,
+                               mem_grid=pncfg.mem_grid, retry_s=0.1))
+        rt.add("jmhost", host)
+        rt.route_prefix("jm", "jmhost")
+    else:
+        for s in me["pns"]:
+            rt.add(f"pn:{s}", PnState(s, pncfg))
+    return rt, me
+
+
+async def serve(folder: Path, role: str, index: int) -> None:
+    rt, me = build_runtime(folder, role, index)
+    port = int(me["address"].rsplit(":", 1)[1])
+    await rt.start(listen_port=port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    (folder / f"ready-{role}{index}").write_text(str(os.getpid()))
+    await stop.wait()
+    await rt.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="apollo.node")
+    p.add_argument("--cluster", required=True)
+    p.add_argument("--role", required=True, choices=["rm", "jm", "pn"])
+    p.add_argument("--index", type=int, default=0)
+    a = p.parse_args(argv)
+    folder = Path(a.cluster)
+    name = f"{a.role}{a.index}" if a.role == "pn" else a.role
+    logging.basicConfig(filename=str(folder / f"{name}.log"), level=logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    run(serve(folder, a.role, a.index))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

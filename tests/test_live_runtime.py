@@ -1,0 +1,446 @@
+"""LiveRuntime: the real actors on asyncio and TCP (loopback only), and the executor."""
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from apollo.cluster import REMOTE, IoModel, Topology
+from apollo.effects import CancelTimer, Kill, Launch, Log, Send, SetTimer, Spawn, Start, TaskExited
+from apollo.messages import JobAccepted, JobDemand, JobDone, SubmitJob, TaskSpec
+from apollo.report import Recorder
+from apollo.runtime.executor import Executor
+from apollo.runtime.live import LiveRuntime, run
+from apollo.spec import JobSpec, StageSpec
+from jm.host import JmHost
+from jm.state import JmConfig
+from pn.state import PnConfig, PnState
+from rm.state import RmConfig, RmState
+from rm.tokens import make_token_policy
+
+SECRET = b"live-runtime-test-secret"
+SERVERS, RACKS = 4, 2
+
+
+async def wait_until(pred, timeout=5.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+class Client:
+    """The submitting side: records the RM's answers."""
+
+    def __init__(self):
+        self.accepted = []
+        self.done = {}
+
+    def handle(self, event, now, rng):
+        if type(event) is JobAccepted:
+            self.accepted.append(event)
+        elif type(event) is JobDone:
+            self.done[event.job_id] = event
+        return []
+
+
+def cluster_actors():
+    """The actors and configs of apollo.simulate.build(), at test speed."""
+    topo = Topology(SERVERS, RACKS, 4.0, 16.0)
+    pncfg = PnConfig(cores=4.0, mem_gb=16.0, heartbeat_s=0.1, liveness_s=0.3)
+    shapes = len(pncfg.cpu_grid) * len(pncfg.mem_grid)
+    rm = RmState(RmConfig(SERVERS, shapes, 4.0, 16.0, view_interval_s=0.2, dead_after_s=1.0),
+                 make_token_policy("even"))
+    jmcfg = JmConfig(topology=topo, policy="apollo", io=IoModel(), cpu_grid=pncfg.cpu_grid,
+                     mem_grid=pncfg.mem_grid, opportunistic=False)
+    return rm, JmHost(jmcfg), [PnState(s, pncfg) for s in range(SERVERS)]
+
+
+def two_stage_job(map_s=0.05, maps=8):
+    return JobSpec("wordcount", [
+        StageSpec("map", maps, np.full(maps, map_s)),
+        StageSpec("reduce", 1, np.array([0.05]), depends_on=("map",), command=("sh", "-c", "echo reduced")),
+    ])
+
+
+def check_job(client, rec, workdir, maps=8):
+    assert len(client.accepted) == 1 and client.accepted[0].accepted
+    job_id = client.accepted[0].job_id
+    done = client.done[job_id]
+    assert done.ok, done.reason
+    assert done.tasks_done == maps + 1
+    outs = list(Path(workdir).glob(f"{job_id}-{maps}-*.out"))        # the reduce is task `maps`
+    assert outs and any(p.read_text() == "reduced\n" for p in outs)
+    assert sum(1 for a in rec.attempts if a[10] == "done") == maps + 1
+    assert rec.done and rec.done[0][1] is True
+
+
+async def test_end_to_end_job_in_one_process(tmp_path):
+    rec = Recorder()
+    rt = LiveRuntime(SECRET, seed=1, log_sink=rec, workdir=tmp_path)
+    rm, host, pns = cluster_actors()
+    client = Client()
+    rt.add("rm", rm)
+    rt.add("jmhost", host)
+    rt.route_prefix("jm", "jmhost")
+    rt.add("client", client, start=False)
+    for s, pn in enumerate(pns):
+        rt.add(f"pn:{s}", pn)
+    await rt.start(listen_port=0)
+    try:
+        rt.inject("rm", SubmitJob(-1, two_stage_job(), "client"))
+        await wait_until(lambda: client.done, timeout=8, what="JobDone")
+        check_job(client, rec, tmp_path)
+        assert rt.errors == 0
+        # JmHost, like every actor, is handed Start; it answers with a warning (so does the sim)
+        assert [w for _, w in rec.warnings if w != ("jm host ignored Start",)] == []
+        for pn in pns:
+            pn.validate()
+        rm.validate()
+        assert rm.alive.tolist() == [1] * SERVERS
+    finally:
+        await rt.stop()
+
+
+async def test_end_to_end_across_runtimes_over_tcp(tmp_path):
+    """RM + JM host in one runtime, the PNs in a second, the client in a third that does not even
+    listen: every message between them crosses a real TCP connection on 127.0.0.1, and the
+    client's answers come back over the connection it opened."""
+    rec_a, rec_b = Recorder(), Recorder()
+    epoch = asyncio.get_running_loop().time()       # one clock for the runtimes (see notes)
+    a = LiveRuntime(SECRET, seed=2, log_sink=rec_a, workdir=tmp_path / "a", epoch=epoch)
+    b = LiveRuntime(SECRET, seed=3, log_sink=rec_b, workdir=tmp_path / "b", epoch=epoch, wire_local=True)
+    c = LiveRuntime(SECRET, seed=4, workdir=tmp_path / "c")
+    rm, host, pns = cluster_actors()
+    client = Client()
+    a.add("rm", rm)
+    a.add("jmhost", host)
+    a.route_prefix("jm", "jmhost")
+    await a.start()
+    for s, pn in enumerate(pns):
+        b.add(f"pn:{s}", pn)
+    b.add_route("rm", a.address)
+    b.add_route("jm", a.address)
+    await b.start()
+    a.add_route("pn", b.address)          # also learned from b's hello once it connects
+    c.add("client:ab12", client, start=False)
+    c.add_route("rm", a.address)
+    await c.start(listen_port=None)
+    try:
+        c.inject("rm", SubmitJob(-1, two_stage_job(), "client:ab12"))
+        await wait_until(lambda: client.done, timeout=8, what="JobDone")
+        check_job(client, rec_a, tmp_path / "b")
+        assert b.local_messages == 0 and c.local_messages == 0   # everything they sent went over TCP
+        assert a.node.frames_in > 0 and b.node.frames_in > 0 and c.node.frames_in == 2
+        assert b.node.frames_out > b.node.writes                   # batched
+        assert sorted(p[1] for p in a.node.peers()) == ["", b.address]   # one connection per pair
+        assert [p[1] for p in b.node.peers()] == [a.address]
+        assert a.errors == b.errors == c.errors == 0
+        assert a.node.bad_frames == b.node.bad_frames == 0
+    finally:
+        await c.stop()
+        await b.stop()
+        await a.stop()
+
+
+async def test_a_killed_pn_is_declared_dead_and_its_tasks_rerun_elsewhere(tmp_path):
+    rec = Recorder()
+    rt = LiveRuntime(SECRET, seed=4, log_sink=rec, workdir=tmp_path)
+    rm, host, pns = cluster_actors()
+    client = Client()
+    rt.add("rm", rm)
+    rt.add("jmhost", host)
+    rt.route_prefix("jm", "jmhost")
+    rt.add("client", client, start=False)
+    for s, pn in enumerate(pns):
+        rt.add(f"pn:{s}", pn)
+    await rt.start()
+    try:
+        rt.inject("rm", SubmitJob(-1, two_stage_job(map_s=1.0), "client"))
+        await wait_until(lambda: any(pn.running for pn in pns), what="tasks running")
+        victim = next(s for s, pn in enumerate(pns) if pn.running)
+        lost = len(pns[victim].running)
+        rt.remove(f"pn:{victim}")                      # the server dies with its tasks
+        assert not any(k[0] == f"pn:{victim}" for k in rt.executor.running)
+        await wait_until(lambda: client.done, timeout=8, what="JobDone")
+        check_job(client, rec, tmp_path)
+        assert rm.alive[victim] == 0
+        failed = [a for a in rec.attempts if a[10] == "failed"]
+        assert len(failed) == lost and all(a[4] == victim for a in failed)
+        assert all(a[4] != victim for a in rec.attempts if a[10] == "done" and a[1] == 1)
+    finally:
+        await rt.stop()
+
+
+def test_end_to_end_on_uvloop(tmp_path):
+    async def main():
+        rec = Recorder()
+        rt = LiveRuntime(SECRET, log_sink=rec, workdir=tmp_path)   # rng seeded from os.urandom
+        rm, host, pns = cluster_actors()
+        client = Client()
+        rt.add("rm", rm)
+        rt.add("jmhost", host)
+        rt.route_prefix("jm", "jmhost")
+        rt.add("client", client, start=False)
+        for s, pn in enumerate(pns):
+            rt.add(f"pn:{s}", pn)
+        await rt.start()
+        try:
+            rt.inject("rm", SubmitJob(-1, two_stage_job(), "client"))
+            await wait_until(lambda: client.done, timeout=8, what="JobDone")
+            check_job(client, rec, tmp_path)
+            return type(asyncio.get_running_loop()).__module__
+        finally:
+            await rt.stop()
+    assert run(main()).startswith("uvloop")
+
+
+# ---- runtime semantics ----------------------------------------------------------------------
+
+class Probe:
+    """Records what it is handed and answers with scripted effects."""
+
+    def __init__(self, script=None):
+        self.seen = []
+        self.script = script or (lambda ev, now: [])
+        self.depth = 0
+        self.max_depth = 0
+
+    def handle(self, event, now, rng):
+        self.depth += 1
+        self.max_depth = max(self.max_depth, self.depth)
+        try:
+            self.seen.append((event, now))
+            return self.script(event, now)
+        finally:
+            self.depth -= 1
+
+
+async def test_local_sends_are_asynchronous_and_in_order(tmp_path):
+    rt = LiveRuntime(SECRET, seed=0, workdir=tmp_path)
+    b = Probe()
+
+    def a_script(ev, now):
+        if type(ev) is Start:
+            return [Send("b", JobDemand(i, 0, 0)) for i in range(100)] + [Send("a", JobDemand(999, 0, 0))]
+        return []
+    a = Probe(a_script)
+    rt.add("a", a)
+    rt.add("b", b, start=False)
+    await rt.start()
+    try:
+        await wait_until(lambda: len(b.seen) == 100 and len(a.seen) == 2)
+        assert [m.job_id for m, _ in b.seen] == list(range(100))
+        assert a.max_depth == 1 and b.max_depth == 1          # a send to itself is not re-entrant
+        assert a.seen[1][0] == JobDemand(999, 0, 0)
+        assert all(now >= 0 for _, now in a.seen + b.seen)
+    finally:
+        await rt.stop()
+
+
+async def test_timers_fire_replace_and_cancel(tmp_path):
+    rt = LiveRuntime(SECRET, seed=0, workdir=tmp_path)
+
+    def script(ev, now):
+        if type(ev) is Start:
+            return [SetTimer(5.0, "x"), SetTimer(0.05, "x"),   # re-setting replaces: fires once, early
+                    SetTimer(0.02, "gone"), CancelTimer("gone"),
+                    SetTimer(0.08, ("k", 1))]
+        return []
+    p = Probe(script)
+    rt.add("p", p)
+    await rt.start()
+    try:
+        await wait_until(lambda: len(p.seen) == 3)
+        await asyncio.sleep(0.1)
+        keys = [ev.key for ev, _ in p.seen[1:]]
+        assert keys == ["x", ("k", 1)]
+        assert 0.04 <= p.seen[1][1] < 1.0
+        assert not rt.timers
+    finally:
+        await rt.stop()
+
+
+async def test_an_actor_exception_drops_that_event_only(tmp_path, caplog):
+    caplog.set_level(logging.ERROR, logger="apollo.live")
+    rt = LiveRuntime(SECRET, seed=0, workdir=tmp_path)
+
+    def script(ev, now):
+        if type(ev) is JobDemand and ev.job_id == 2:
+            raise RuntimeError("boom")
+        return []
+    p = Probe(script)
+    rt.add("p", p, start=False)
+    await rt.start()
+    try:
+        for i in range(4):
+            rt.inject("p", JobDemand(i, 0, 0))
+        await wait_until(lambda: len(p.seen) == 4)
+        assert rt.errors == 1
+        assert "boom" in caplog.text and "Traceback" in caplog.text
+    finally:
+        await rt.stop()
+
+
+async def test_spawn_and_log_effects(tmp_path):
+    logged = []
+    rt = LiveRuntime(SECRET, seed=0, workdir=tmp_path, log_sink=lambda k, d, now: logged.append((k, d)))
+    child = Probe()
+    p = Probe(lambda ev, now: [Spawn("child:1", child), Log("hello", (1, 2))] if type(ev) is Start else [])
+    rt.add("p", p)
+    await rt.start()
+    try:
+        await wait_until(lambda: child.seen)
+        assert type(child.seen[0][0]) is Start
+        assert ("hello", (1, 2)) in logged
+        assert "child:1" in rt.node.hosted
+    finally:
+        await rt.stop()
+
+
+async def test_remote_message_to_an_unknown_address_is_logged(tmp_path):
+    logged = []
+    a = LiveRuntime(SECRET, seed=0, workdir=tmp_path, log_sink=lambda k, d, now: logged.append((k, d)))
+    b = LiveRuntime(SECRET, seed=0, workdir=tmp_path)
+    await a.start()
+    await b.start()
+    try:
+        b.add_route("ghost", a.address)
+        b.inject("ghost:3", JobDemand(1, 0, 0))
+        await wait_until(lambda: a.unknown == 1)
+        assert logged[0][0] == "warn" and "ghost:3" in logged[0][1][0]
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+# ---- the executor, through a PN-like actor -------------------------------------------------
+
+def spec(task=0, command=None, dur=0.0, timeout=None, env=None, cwd=None, in_bytes=0.0, mem_limit=None):
+    return TaskSpec(7, task, 1, 0, 1.0, 2.0, dur, in_bytes, REMOTE, dur, False,
+                    None if command is None else tuple(command), env or {}, cwd, timeout,
+                    command is not None if mem_limit is None else mem_limit)
+
+
+class FakePn:
+    def __init__(self):
+        self.exits = []
+        self.todo = []
+
+    def handle(self, ev, now, rng):
+        if type(ev) is TaskExited:
+            self.exits.append((ev, now))
+            return []
+        if type(ev) is JobDemand:        # a poke: run whatever the test queued
+            out, self.todo = self.todo, []
+            return out
+        return []
+
+
+async def runtime_with_pn(tmp_path, **kw):
+    rt = LiveRuntime(SECRET, seed=0, workdir=tmp_path, **kw)
+    pn = FakePn()
+    rt.add("pn:0", pn, start=False)
+    await rt.start()
+
+    def do(*effects):
+        pn.todo.extend(effects)
+        rt.inject("pn:0", JobDemand(0, 0, 0))
+    return rt, pn, do
+
+
+async def test_command_tasks_exit_codes_output_env_cwd_and_timeouts(tmp_path):
+    rt, pn, do = await runtime_with_pn(tmp_path / "work")
+    (tmp_path / "elsewhere").mkdir()
+    try:
+        do(Launch(spec(0, ["sh", "-c", "echo out-$FOO; pwd"], env={"FOO": "bar"}, cwd=str(tmp_path / "elsewhere")), 0),
+           Launch(spec(1, ["sh", "-c", "echo oops >&2; exit 3"]), 0),
+           Launch(spec(2, ["sleep", "30"], timeout=0.2), 0),
+           Launch(spec(3, ["/no/such/binary"]), 0))
+        await wait_until(lambda: len(pn.exits) == 4)
+        by = {ev.task_key[1]: ev for ev, _ in pn.exits}
+        assert by[0].ok and by[0].exit_code == 0 and by[0].detail == ""
+        assert (tmp_path / "work" / "7-0-1.out").read_text() == f"out-bar\n{tmp_path / 'elsewhere'}\n"
+        assert not by[1].ok and by[1].exit_code == 3 and by[1].detail == "oops\n"
+        assert (tmp_path / "work" / "7-1-1.err").read_text() == "oops\n"
+        assert not by[2].ok and by[2].detail == "timeout after 0.2s" and by[2].exit_code < 0
+        assert not by[3].ok and by[3].exit_code == 127 and "cannot start" in by[3].detail
+        assert not rt.executor.running
+    finally:
+        await rt.stop()
+
+
+async def test_stderr_detail_is_the_last_2000_bytes(tmp_path):
+    rt, pn, do = await runtime_with_pn(tmp_path)
+    try:
+        do(Launch(spec(0, ["sh", "-c", "head -c 5000 /dev/zero | tr '\\0' a >&2; echo END >&2; exit 1"]), 0))
+        await wait_until(lambda: pn.exits)
+        d = pn.exits[0][0].detail
+        assert len(d) == 2000 and d.endswith("aEND\n")
+    finally:
+        await rt.stop()
+
+
+async def test_memory_limit_applies_to_command_tasks(tmp_path):
+    rt, pn, do = await runtime_with_pn(tmp_path)
+    try:
+        probe = ["sh", "-c", "ulimit -v"]
+        do(Launch(spec(0, probe), 0), Launch(spec(1, probe, mem_limit=False), 0))
+        await wait_until(lambda: len(pn.exits) == 2)
+        assert (tmp_path / "7-0-1.out").read_text().strip() == str(2 * 2 ** 20)   # 2 GB, in KiB
+        assert (tmp_path / "7-1-1.out").read_text().strip() != str(2 * 2 ** 20)
+    finally:
+        await rt.stop()
+
+
+async def test_kill_stops_a_subprocess_and_a_timer_and_no_exit_follows(tmp_path):
+    rt, pn, do = await runtime_with_pn(tmp_path)
+    try:
+        do(Launch(spec(0, ["sh", "-c", "echo started; sleep 30"]), 0),
+           Launch(spec(1, dur=30.0), 0),
+           Launch(spec(2, dur=0.0), 0))
+        await wait_until(lambda: (tmp_path / "7-0-1.out").exists()
+                         and (tmp_path / "7-0-1.out").read_text() == "started\n")
+        proc = rt.executor.running[("pn:0", (7, 0, 1))].proc
+        do(Kill((7, 0, 1)), Kill((7, 1, 1)))
+        await asyncio.wait_for(proc.wait(), 3)
+        await wait_until(lambda: pn.exits)
+        await asyncio.sleep(0.1)
+        assert [ev.task_key for ev, _ in pn.exits] == [(7, 2, 1)]     # only the one not killed
+        assert not rt.executor.running and rt.executor.killed == 2
+    finally:
+        await rt.stop()
+
+
+async def test_synthetic_task_time_is_duration_plus_io_over_speedup(tmp_path):
+    io = IoModel(init_s=0.1, remote_bytes_per_s=1e6)
+    ex = Executor(tmp_path, io=io, speedup=2.0)
+    assert ex.synthetic_duration(spec(0, dur=0.3, in_bytes=2e5), REMOTE) == pytest.approx((0.3 + 0.1 + 0.2) / 2)
+    rt, pn, do = await runtime_with_pn(tmp_path, io=io, speedup=2.0)
+    try:
+        t0 = rt.now
+        do(Launch(spec(0, dur=0.3, in_bytes=2e5), REMOTE))
+        await wait_until(lambda: pn.exits)
+        ev, t = pn.exits[0]
+        assert ev.ok and ev.exit_code == 0
+        assert 0.28 <= t - t0 < 1.0
+    finally:
+        await rt.stop()
+
+
+async def test_removing_an_actor_kills_its_tasks_and_timers(tmp_path):
+    rt, pn, do = await runtime_with_pn(tmp_path)
+    try:
+        do(Launch(spec(0, ["sleep", "30"]), 0), SetTimer(0.05, "t"))
+        await wait_until(lambda: ("pn:0", (7, 0, 1)) in rt.executor.running
+                         and rt.executor.running[("pn:0", (7, 0, 1))].proc is not None)
+        proc = rt.executor.running[("pn:0", (7, 0, 1))].proc
+        rt.remove("pn:0")
+        await asyncio.wait_for(proc.wait(), 3)
+        await asyncio.sleep(0.1)
+        assert pn.exits == [] and not rt.timers
+    finally:
+        await rt.stop()
