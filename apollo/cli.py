@@ -9,7 +9,6 @@ from apollo.spec import SpecError
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from apollo.report import summary_lines, write_report
     from apollo.runtime.sim import NetModel
     from apollo.simulate import SimConfig, run_simulation
     from apollo.workloads import load_workload
@@ -33,11 +32,16 @@ def _simulate(args: argparse.Namespace) -> int:
             print(f"apollo simulate: --crash takes TIME:SERVER:DOWN_FOR, got {spec!r}", file=sys.stderr)
             return 2
         cfg.crashes.append((t, int(server), down))
-    report = run_simulation(workload, cfg)
+    return _show(run_simulation(workload, cfg), args.json)
+
+
+def _show(report: dict, json_path: str | None) -> int:
+    """Print a run's summary, write its report if asked; the exit code says whether jobs failed."""
+    from apollo.report import summary_lines, write_report
     print("\n".join(summary_lines(report)))
-    if args.json:
-        write_report(report, args.json)
-        print(f"report: {args.json}")
+    if json_path:
+        write_report(report, json_path)
+        print(f"report: {json_path}")
     return 0 if report["jobs"]["failed"] == 0 else 1
 
 
@@ -101,19 +105,15 @@ def _jobs(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from apollo.livecluster import read_info
     from apollo.replay import replay
-    from apollo.report import summary_lines, write_report
     from apollo.runtime.live import run
     from apollo.workloads import load_workload
-    info_servers = __import__("json").loads((Path(args.cluster).expanduser() / "cluster.json").read_text())
+    folder = Path(args.cluster).expanduser()
     workload = load_workload(args.trace, seed=args.seed,
-                             cluster_servers=info_servers["config"]["pns"]).first(args.jobs)
-    report, _ = run(replay(Path(args.cluster), workload, speedup=args.speedup))
-    print("\n".join(summary_lines(report)))
-    if args.json:
-        write_report(report, args.json)
-        print(f"report: {args.json}")
-    return 0 if report["jobs"]["failed"] == 0 else 1
+                             cluster_servers=read_info(folder)["config"]["pns"]).first(args.jobs)
+    report, _ = run(replay(folder, workload, speedup=args.speedup))
+    return _show(report, args.json)
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -146,3 +146,40 @@ def status(folder: Path) -> dict:
             jobs[state] = n
         con.close()
     return {"processes": rows, "config": info["config"], "jobs": jobs}
+
+
+def restart_process(folder: Path, role: str, index: int = 0, timeout_s: float = 15.0) -> int:
+    """Start one process of the cluster again (after it crashed or was killed), at the same address.
+
+    The process must not be running. Its new pid goes into DIR/cluster.json (so that ``status``
+    and ``down`` see it); returns that pid once the process is listening (its ready file exists).
+    """
+    folder = Path(folder)
+    info = read_info(folder)
+    p = next((q for q in info["processes"] if q["role"] == role and q.get("index", 0) == index), None)
+    if p is None:
+        known = ", ".join(f"{q['role']}{q.get('index', 0)}" for q in info["processes"])
+        raise ClusterError(f"no process {role}{index} in {folder}/cluster.json (it has: {known})")
+    if p.get("pid") and _alive(p["pid"]):
+        raise ClusterError(f"{role}{index} (pid {p['pid']}) is still running; stop it before restarting it")
+    ready = folder / f"ready-{role}{index}"
+    ready.unlink(missing_ok=True)
+    name = f"{role}{index}" if role == "pn" else role
+    with open(folder / f"{name}.out", "ab") as out:
+        child = subprocess.Popen([sys.executable, "-m", "apollo.node", "--cluster", str(folder), "--role", role,
+                                  "--index", str(index)], stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                                 start_new_session=True)
+    p["pid"] = child.pid
+    tmp = folder / "cluster.json.tmp"
+    tmp.write_text(json.dumps(info, indent=2))
+    tmp.replace(folder / "cluster.json")
+    deadline = time.monotonic() + timeout_s
+    while not ready.exists():
+        if child.poll() is not None:
+            raise ClusterError(f"{role}{index} exited with code {child.returncode} while restarting; "
+                               f"see {folder}/{name}.out and {folder}/{name}.log")
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{role}{index} (pid {child.pid}) not ready {timeout_s:.0f} s after a restart; "
+                               f"see {folder}/{name}.log")
+        time.sleep(0.01)
+    return child.pid
