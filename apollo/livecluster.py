@@ -54,7 +54,13 @@ def read_info(folder: Path) -> dict:
 
 
 def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float = 2.0, mem_gb: float = 8.0,
-       scheduler: str = "apollo", timeout_s: float = 15.0) -> dict:
+       scheduler: str = "apollo", timeout_s: float = 15.0, io: dict | None = None) -> dict:
+    """Start a cluster in ``folder``; returns its info (with ``startup_s``).
+
+    ``io``: fields of apollo.cluster.IoModel for every process (e.g. ``{"init_s": 0.0}`` makes a
+    synthetic task with a 0 s duration a true no-op instead of paying the modelled 0.2 s start-up);
+    kept in cluster.json's config, which apollo.node reads.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     if (folder / "cluster.json").exists():
         old = json.loads((folder / "cluster.json").read_text())
@@ -77,14 +83,24 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
     # timestamps taken in different processes, so they must share a clock.
     info = {"rm": processes[0]["address"], "processes": processes, "epoch": time.monotonic(),
             "config": {"pns": pns, "racks": racks, "cpus": cpus, "mem_gb": mem_gb, "scheduler": scheduler}}
+    if io:
+        from dataclasses import fields
+        from apollo.cluster import IoModel
+        known = {f.name for f in fields(IoModel)}
+        bad = sorted(set(io) - known)
+        if bad:
+            raise ClusterError(f"unknown I/O model field(s) {bad} (known: {', '.join(sorted(known))})")
+        info["config"]["io"] = {k: float(v) for k, v in io.items()}
     (folder / "cluster.json").write_text(json.dumps(info, indent=2))
     started = time.monotonic()
     for p in processes:
         name = f"{p['role']}{p['index']}" if p["role"] == "pn" else p["role"]
         out = open(folder / f"{name}.out", "ab")
-        child = subprocess.Popen([sys.executable, "-m", "apollo.node", "--cluster", str(folder), "--role",
-                                  p["role"], "--index", str(p["index"])], stdout=out, stderr=out,
-                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        with out:   # the child keeps its own descriptor
+            child = subprocess.Popen([sys.executable, "-m", "apollo.node", "--cluster", str(folder), "--role",
+                                      p["role"], "--index", str(p["index"])], stdout=out, stderr=out,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        child.returncode = 0   # detached on purpose: `down` stops it by pid; no "still running" warning
         p["pid"] = child.pid
     (folder / "cluster.json").write_text(json.dumps(info, indent=2))
     deadline = time.monotonic() + timeout_s

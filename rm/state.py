@@ -61,6 +61,7 @@ class RmState:
         self._host_rr = 0
         self._tokens_dirty = False
         self._running = 0                # admitted jobs not yet done
+        self._started_at = 0.0
 
     @property
     def capacity(self) -> float:
@@ -119,6 +120,10 @@ class RmState:
 
     def _tick(self, now: float) -> list:
         out: list = [SetTimer(self.cfg.view_interval_s, "tick")]
+        if now - self._started_at < self.cfg.dead_after_s and not self.alive.all():
+            # Just (re)started: servers we have not heard from yet are unknown, not dead. A view
+            # now would tell every JM to give up its running tasks; their stale view is better.
+            return out
         stale = (self.alive == 1) & (now - self.stamps > self.cfg.dead_after_s)
         if stale.any():
             self.alive[stale] = 0
@@ -198,7 +203,10 @@ class RmState:
         return [Send(e.reply_to, msg)]
 
     def _recover(self, now: float) -> list:
-        """After a restart, re-admit every stored job that had not finished."""
+        """After a restart, re-admit every stored job that had not finished; ids continue
+        after the highest ever stored, finished jobs included."""
+        self._started_at = now
+        self.next_job_id = max(self.next_job_id, self.store.max_job_id() + 1)
         out: list = []
         for job_id, spec, submitted_at, reply_to in self.store.unfinished():
             if job_id in self.jobs:

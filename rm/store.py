@@ -19,6 +19,7 @@ class JobStore:
     def finish(self, job_id: int, state: str, reason: str, at: float) -> None: ...
     def unfinished(self) -> Iterator[tuple[int, JobSpec, float, str]]: ...
     def all(self) -> list[tuple[int, str, str, float, float | None, str]]: ...
+    def max_job_id(self) -> int: ...
 
 
 class MemoryJobStore(JobStore):
@@ -41,6 +42,9 @@ class MemoryJobStore(JobStore):
     def all(self):
         return [(j, r[0].name, r[3], r[1], r[4], r[5]) for j, r in sorted(self.rows.items())]
 
+    def max_job_id(self):
+        return max(self.rows, default=-1)
+
 
 class SqliteJobStore(JobStore):
     def __init__(self, path: str) -> None:
@@ -53,7 +57,8 @@ class SqliteJobStore(JobStore):
 
     def put(self, job_id, spec, submitted_at, reply_to):
         blob = msgpack.packb(JOB[0](spec), use_bin_type=True)
-        self.db.execute("INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,'running',NULL,'')",
+        # A plain INSERT: an id is never reused, so a clash is a bug to hear about, not to paper over.
+        self.db.execute("INSERT INTO jobs VALUES (?,?,?,?,?,'running',NULL,'')",
                         (job_id, spec.name, blob, submitted_at, reply_to))
 
     def finish(self, job_id, state, reason, at):
@@ -66,6 +71,9 @@ class SqliteJobStore(JobStore):
         for job_id, blob, t, reply_to in rows:
             spec = JOB[1](msgpack.unpackb(blob, raw=False), f"stored job {job_id}")
             yield job_id, spec, t, reply_to
+
+    def max_job_id(self):
+        return self.db.execute("SELECT COALESCE(MAX(job_id), -1) FROM jobs").fetchone()[0]
 
     def all(self):
         return self.db.execute(
