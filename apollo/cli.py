@@ -124,7 +124,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace, rest: list[str]) -> int:
     import importlib
-    names = ("matching", "scale")
+    names = ("matching", "scale", "throughput")
     if args.name not in names:
         print(f"apollo bench: unknown benchmark {args.name!r} (known: {', '.join(names)})", file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ class _Inbox:
 
     def __init__(self) -> None:
         self.accepted: asyncio.Queue = asyncio.Queue()
-        self.done: dict[int, asyncio.Future] = {}
+        self.waiters: dict[int, list[asyncio.Future]] = {}   # one future per wait() call
         self.finished: dict[int, JobDone] = {}
         self.on_done = None
 
@@ -30,9 +30,9 @@ class _Inbox:
             self.accepted.put_nowait(event)
         elif type(event) is JobDone:
             self.finished[event.job_id] = event
-            f = self.done.get(event.job_id)
-            if f is not None and not f.done():
-                f.set_result(event)
+            for f in self.waiters.pop(event.job_id, ()):
+                if not f.done():
+                    f.set_result(event)
             if self.on_done is not None:
                 self.on_done(event)
         return []
@@ -68,15 +68,22 @@ class Client:
             ans: JobAccepted = await asyncio.wait_for(self.inbox.accepted.get(), timeout_s)
         if not ans.accepted:
             raise SpecError(f"job {spec.name!r} refused: {ans.reason}")
-        loop = asyncio.get_running_loop()
-        self.inbox.done.setdefault(ans.job_id, loop.create_future())
         return ans.job_id
 
     async def wait(self, job_id: int, timeout_s: float | None = None) -> JobDone:
         if job_id in self.inbox.finished:
             return self.inbox.finished[job_id]
-        f = self.inbox.done.setdefault(job_id, asyncio.get_running_loop().create_future())
-        return await asyncio.wait_for(asyncio.shield(f), timeout_s)
+        # A future of this call's own: a wait that times out or is cancelled leaves the others be.
+        f = asyncio.get_running_loop().create_future()
+        waiters = self.inbox.waiters.setdefault(job_id, [])
+        waiters.append(f)
+        try:
+            return await (f if timeout_s is None else asyncio.wait_for(f, timeout_s))
+        finally:
+            if (not f.done() or f.cancelled()) and f in waiters:
+                waiters.remove(f)
+                if not waiters and self.inbox.waiters.get(job_id) is waiters:
+                    del self.inbox.waiters[job_id]
 
     def cancel(self, job_id: int) -> None:
         self.rt.inject("rm", CancelJob(job_id))

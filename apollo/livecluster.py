@@ -69,6 +69,15 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
     if not (1 <= racks <= pns) or procs < 1:
         raise ClusterError(f"need 1 <= racks <= pns and procs >= 1 (pns={pns}, racks={racks}, procs={procs})")
     procs = min(procs, pns)
+    if io:
+        from dataclasses import fields
+
+        from apollo.cluster import IoModel
+        known = {f.name for f in fields(IoModel)}
+        bad = sorted(set(io) - known)
+        if bad:
+            raise ClusterError(f"unknown I/O model field(s) {bad} (known: {', '.join(sorted(known))})")
+        io = {k: float(v) for k, v in io.items()}
     for f in folder.glob("ready-*"):
         f.unlink()
     secret_path = folder / "secret"
@@ -84,13 +93,7 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
     info = {"rm": processes[0]["address"], "processes": processes, "epoch": time.monotonic(),
             "config": {"pns": pns, "racks": racks, "cpus": cpus, "mem_gb": mem_gb, "scheduler": scheduler}}
     if io:
-        from dataclasses import fields
-        from apollo.cluster import IoModel
-        known = {f.name for f in fields(IoModel)}
-        bad = sorted(set(io) - known)
-        if bad:
-            raise ClusterError(f"unknown I/O model field(s) {bad} (known: {', '.join(sorted(known))})")
-        info["config"]["io"] = {k: float(v) for k, v in io.items()}
+        info["config"]["io"] = io
     (folder / "cluster.json").write_text(json.dumps(info, indent=2))
     started = time.monotonic()
     for p in processes:

@@ -52,6 +52,11 @@ class JmConfig:
     opportunistic: bool = True        # Apollo only: dispatch beyond tokens as opportunistic
     opportunistic_factor: float = 1.0  # allowance = factor * tokens
     rm: str = "rm"
+    # Coalesce scheduling passes: a status change arms a zero-delay "sched" timer instead of
+    # scheduling inline, so every report that arrives before it fires (in the live runtime: the
+    # rest of the same network read) shares one pass and one batch. Off by default (the
+    # simulator and the unit tests see a pass per message); the live cluster turns it on.
+    coalesce: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -116,6 +121,7 @@ class JmState:
         n = offset
         self.n = n
         self._cpu_of = np.array([st.spec.cpu for st in self.stages])
+        self._bw = config.io.bandwidths()
         self.stage_of = np.repeat(np.arange(len(self.stages), dtype=np.int32), [s.n for s in self.stages])
         self.state = np.full(n, int(S.PENDING), dtype=np.int8)
         self.attempt = np.zeros(n, dtype=np.int32)
@@ -128,6 +134,8 @@ class JmState:
         self.locality = np.full(n, REMOTE, dtype=np.int8)
         self.used_tokens = 0.0
         self.outstanding_opp = 0.0
+        self._opp_active: set[int] = set()     # opportunistic attempts dispatched or running
+        self._sched_armed = False              # coalesce: a "sched" timer is pending
         self.done = 0
         self.finished = False
         self.failed_reason = ""
@@ -174,6 +182,9 @@ class JmState:
         elif t is Timer:
             if event.key == "retry":
                 self._retry_pending = False
+                self._schedule(now, rng, out)
+            elif event.key == "sched":
+                self._sched_armed = False
                 self._schedule(now, rng, out)
         elif t is CancelJob:
             self._finish(False, "cancelled", now, out)
@@ -241,7 +252,11 @@ class JmState:
             if self.finished:
                 return
         if changed:
-            self._schedule(now, rng, out)
+            if not self.cfg.coalesce:
+                self._schedule(now, rng, out)
+            elif not self._sched_armed:
+                self._sched_armed = True
+                out.append(SetTimer(0.0, "sched"))
 
     def _task_id(self, t: int) -> int:
         return t if 0 <= t < self.n else -1
@@ -250,6 +265,7 @@ class JmState:
         cpu = self.stages[self.stage_of[t]].spec.cpu
         if self.opp[t]:
             self.outstanding_opp -= cpu
+            self._opp_active.discard(t)
         else:
             self.used_tokens -= cpu
 
@@ -312,7 +328,7 @@ class JmState:
         self.finished = True
         self.finished_at = now
         self.failed_reason = reason if not ok else ""
-        act = np.flatnonzero((self.state == S.DISPATCHED) | (self.state == S.RUNNING))
+        act = np.flatnonzero((self.state == DISPATCHED) | (self.state == RUNNING))
         for t in act.tolist():
             out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
             self.state[t] = step(int(self.state[t]), "kill")
@@ -343,13 +359,16 @@ class JmState:
         blocked = False
         if self.outstanding_opp > 0 and self.tokens - self.used_tokens >= 1:
             self._upgrade(now, out)
+        # Stable matching places at most one task per server per batch: a batch larger than the
+        # live servers would only cost rows that are pushed back unmatched.
+        cap = cfg.max_batch if cfg.policy != "apollo" else min(cfg.max_batch, max(1, int(self.view.alive.sum())))
         for _ in range(cfg.max_batches_per_pass):
             reg_room = self.tokens - self.used_tokens
             opp_room = (cfg.opportunistic_factor * max(self.tokens, 1) - self.outstanding_opp) if allow_opp else 0.0
             room = int(max(reg_room, 0) + max(opp_room, 0))
             if room <= 0:
                 break
-            batch = self._pop_ready(min(room, cfg.max_batch))
+            batch = self._pop_ready(min(room, cap))
             if not batch:
                 break
             ids = np.asarray(batch, dtype=np.int64)
@@ -380,14 +399,18 @@ class JmState:
             out.append(SetTimer(cfg.retry_s, "retry"))
 
     def _upgrade(self, now: float, out: list) -> None:
-        """Freed tokens go first to this job's opportunistic attempts, oldest first: they stop
-        being preemptible, which wastes less than dispatching new tasks and losing old ones."""
-        act = self.opp & ((self.state == DISPATCHED) | (self.state == RUNNING))
-        for t in np.flatnonzero(act)[np.argsort(self.dispatch_t[act], kind="stable")].tolist():
+        """Freed tokens go first to this job's opportunistic attempts: they stop being
+        preemptible, which wastes less than dispatching new tasks and losing old ones. Running
+        ones first (upgrading one still queued could make its PN preempt one already running,
+        the PN having picked another of the queue), then oldest first."""
+        dt = self.dispatch_t
+        st = self.state
+        for t in sorted(self._opp_active, key=lambda t: (st[t] != RUNNING, dt[t], t)):
             cpu = self.stages[self.stage_of[t]].spec.cpu
             if self.tokens - self.used_tokens < cpu:
                 break
             self.opp[t] = False
+            self._opp_active.discard(t)
             self.outstanding_opp -= cpu
             self.used_tokens += cpu
             out.append(Send(f"pn:{int(self.server[t])}", UpgradeTask(self.job_id, t, int(self.attempt[t]))))
@@ -418,6 +441,50 @@ class JmState:
                 return np.full(B, UNMATCHED, dtype=np.int64), np.zeros(B), np.full(B, REMOTE)
             srv = alive[rng.integers(0, len(alive), size=B)].astype(np.int64)
             return srv, np.zeros(B), self._locality_at(ids, srv)
+        reps, in_bytes, runtime, shape, cpu = self._task_columns(ids, sidx)
+        cand, valid = candidate_rows(reps, topo, view.lightly_loaded, rng, per_rack=cfg.per_rack)
+        if cfg.policy == "fifo":
+            return self._place_fifo(cand, valid, reps, shape, cpu, now)
+        loc = est.localities(cand, reps, topo.rack_of)
+        C, E, W = est.costs(cand, loc, in_bytes, runtime, shape, cpu, now, view, self._fail_rate, cfg.io,
+                            cfg.estimate, rng)
+        C[~valid] = np.inf
+        if cfg.policy == "apollo":
+            # When every task's cheapest server is a different one, deferred acceptance ends in
+            # its first round with each task holding its first proposal: that is the stable
+            # matching, and needs no rounds (always so for a batch of one task).
+            rows = np.arange(B)
+            best = C.argmin(axis=1)             # the first cheapest, as a stable argsort's
+            srv = cand[rows, best]
+            fin = np.isfinite(C[rows, best])
+            pick = srv[fin]
+            if cfg.max_rounds >= 1 and (len(pick) <= 1 or len(np.unique(pick)) == len(pick)):
+                srv = np.where(fin, srv, UNMATCHED)
+                wait = np.where(fin, W[rows, best], 0.0)
+                where = np.where(fin, loc[rows, best], REMOTE)
+                return srv, wait, where
+            srv = stable_match(cand, C, cfg.max_rounds)
+        else:  # greedy: each task in priority order, its earliest completion, updating as it goes
+            srv = greedy_match(cand, C, load=runtime * cpu / topo.cores)
+        wait = np.zeros(B)
+        where = np.full(B, REMOTE)
+        ok = srv != UNMATCHED
+        if ok.any():
+            k = np.argmax(cand[ok] == srv[ok, None], axis=1)
+            wait[ok] = W[ok, k]
+            where[ok] = loc[ok, k]
+        return srv, wait, where
+
+    def _task_columns(self, ids: np.ndarray, sidx: np.ndarray):
+        """Per task of ``ids``: replica servers (-1: none), input bytes, runtime estimate, grid
+        shape index and CPUs, gathered from the tasks' stages."""
+        B = len(ids)
+        if len(self.stages) == 1:               # the common case: no per-stage masks
+            st = self.stages[0]
+            local = ids - st.offset
+            reps = st.reps[local] if st.reps is not None else np.full((B, 3), -1, dtype=np.int64)
+            return (reps, st.in_bytes[local], np.full(B, st.est_runtime), np.full(B, st.shape, dtype=np.int64),
+                    np.full(B, st.spec.cpu))
         reps = np.full((B, 3), -1, dtype=np.int64)
         in_bytes = np.empty(B)
         runtime = np.empty(B)
@@ -434,25 +501,7 @@ class JmState:
             runtime[m] = st.est_runtime
             shape[m] = st.shape
             cpu[m] = st.spec.cpu
-        cand, valid = candidate_rows(reps, topo, view.lightly_loaded, rng, per_rack=cfg.per_rack)
-        if cfg.policy == "fifo":
-            return self._place_fifo(cand, valid, reps, shape, cpu, now)
-        loc = est.localities(cand, reps, topo.rack_of)
-        C, E, W = est.costs(cand, loc, in_bytes, runtime, shape, cpu, now, view, self._fail_rate, cfg.io,
-                            cfg.estimate, rng)
-        C[~valid] = np.inf
-        if cfg.policy == "apollo":
-            srv = stable_match(cand, C, cfg.max_rounds)
-        else:  # greedy: each task in priority order, its earliest completion, updating as it goes
-            srv = greedy_match(cand, C, load=runtime * cpu / topo.cores)
-        wait = np.zeros(B)
-        where = np.full(B, REMOTE)
-        ok = srv != UNMATCHED
-        if ok.any():
-            k = np.argmax(cand[ok] == srv[ok, None], axis=1)
-            wait[ok] = W[ok, k]
-            where[ok] = loc[ok, k]
-        return srv, wait, where
+        return reps, in_bytes, runtime, shape, cpu
 
     def _place_fifo(self, cand, valid, reps, shape, cpu, now) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Hadoop FIFO: a task goes only where a slot is free now, node-local first, then rack, then any."""
@@ -506,50 +555,95 @@ class JmState:
         to servers expected to be idle now; returns how many of ``ids`` went out (a prefix)."""
         cfg = self.cfg
         cores = cfg.topology.cores
-        cpu = self._cpu_of[self.stage_of[ids]]
+        stages = self.stages
+        single = len(stages) == 1
+        m = len(ids)
+        cpu = np.full(m, stages[0].spec.cpu) if single else self._cpu_of[self.stage_of[ids]]
         # Regular while the tokens last, then opportunistic while the allowance lasts and the
         # server is idle; the batch stops at the first task that is neither.
-        reg = np.cumsum(cpu) <= reg_room + 1e-9
-        n_reg = int(np.argmin(reg)) if not reg.all() else len(ids)
-        rest_cpu = np.cumsum(cpu[n_reg:])
-        opp_ok = (rest_cpu <= opp_room + 1e-9) & (wait[n_reg:] <= OPPORTUNISTIC_MAX_WAIT_S)
-        n_opp = int(np.argmin(opp_ok)) if not opp_ok.all() else len(opp_ok)
+        if m <= 64:   # the same prefixes as the numpy form below, without its per-call cost
+            cpu_l = cpu.tolist()
+            acc, n_reg, lim = 0.0, 0, reg_room + 1e-9
+            for x in cpu_l:
+                acc += x
+                if acc > lim:
+                    break
+                n_reg += 1
+            acc, n_opp, lim = 0.0, 0, opp_room + 1e-9
+            for x, w in zip(cpu_l[n_reg:], wait[n_reg:].tolist()):
+                acc += x
+                if acc > lim or w > OPPORTUNISTIC_MAX_WAIT_S:
+                    break
+                n_opp += 1
+        else:
+            reg = np.cumsum(cpu) <= reg_room + 1e-9
+            n_reg = int(np.argmin(reg)) if not reg.all() else m
+            rest_cpu = np.cumsum(cpu[n_reg:])
+            opp_ok = (rest_cpu <= opp_room + 1e-9) & (wait[n_reg:] <= OPPORTUNISTIC_MAX_WAIT_S)
+            n_opp = int(np.argmin(opp_ok)) if not opp_ok.all() else len(opp_ok)
         n = n_reg + n_opp
         if n == 0:
             return 0
         ids, srv, cpu, where = ids[:n], srv[:n], cpu[:n], where[:n]
-        opp = np.arange(n) >= n_reg
-        if np.any(self.state[ids] != READY):
-            bad = int(ids[np.flatnonzero(self.state[ids] != READY)[0]])
+        cur = self.state[ids]
+        if (cur != READY).any():
+            bad = int(ids[np.flatnonzero(cur != READY)[0]])
             step(int(self.state[bad]), "dispatch")     # raises IllegalTransition
-        self.used_tokens += float(cpu[~opp].sum())
-        self.outstanding_opp += float(cpu[opp].sum())
+        self.used_tokens += float(cpu[:n_reg].sum())
+        self.outstanding_opp += float(cpu[n_reg:].sum())
         self.attempt[ids] += 1
         self.state[ids] = DISPATCHED
         self.server[ids] = srv
-        self.opp[ids] = opp
+        self.opp[ids[:n_reg]] = False
+        if n > n_reg:
+            self.opp[ids[n_reg:]] = True
+            self._opp_active.update(ids[n_reg:].tolist())
         self.dispatch_t[ids] = now
         self.start_t[ids] = -1.0
         self.locality[ids] = where
-        sidx = self.stage_of[ids]
-        est_rt = np.empty(n)
-        for i, st in enumerate(self.stages):
-            m = sidx == i
-            if m.any():
-                local = ids[m] - st.offset
-                est_rt[m] = st.est_runtime + cfg.io.init_s + st.in_bytes[local] / cfg.io.bandwidths()[where[m]]
+        bw = self._bw
+        if single:
+            st = stages[0]
+            sidx = None
+            est_rt = st.est_runtime + cfg.io.init_s + st.in_bytes[ids - st.offset] / bw[where]
+        else:
+            sidx = self.stage_of[ids]
+            est_rt = np.empty(n)
+            for i, st in enumerate(stages):
+                mk = sidx == i
+                if mk.any():
+                    local = ids[mk] - st.offset
+                    est_rt[mk] = st.est_runtime + cfg.io.init_s + st.in_bytes[local] / bw[where[mk]]
         self.view.record_dispatches(srv, est_rt * cpu / cores, cpu, now)
         by_server: dict[int, list] = {}
-        stages = self.stages
-        for t, s, loc, rt, o, a, si in zip(ids.tolist(), srv.tolist(), where.tolist(), est_rt.tolist(),
-                                           opp.tolist(), self.attempt[ids].tolist(), sidx.tolist()):
-            st = stages[si]
+        job_id = self.job_id
+        opp = [False] * n_reg + [True] * (n - n_reg)
+        if single:
+            st = stages[0]
             spec = st.spec
-            i = t - st.offset
-            by_server.setdefault(s, []).append(TaskSpec(
-                self.job_id, t, a, si, spec.cpu, spec.mem_gb, float(spec.durations_s[i]),
-                float(st.in_bytes[i]), loc, rt, o, spec.command, spec.env, spec.cwd, spec.timeout_s,
-                spec.command is not None))
+            local = ids - st.offset
+            c, mem, cmd, env, cwd, tmo = spec.cpu, spec.mem_gb, spec.command, spec.env, spec.cwd, spec.timeout_s
+            limit = cmd is not None
+            for t, s, loc, rt, o, a, d, b in zip(ids.tolist(), srv.tolist(), where.tolist(), est_rt.tolist(),
+                                                 opp, self.attempt[ids].tolist(),
+                                                 spec.durations_s[local].astype(float, copy=False).tolist(),
+                                                 st.in_bytes[local].astype(float, copy=False).tolist()):
+                task = TaskSpec(job_id, t, a, 0, c, mem, d, b, loc, rt, o, cmd, env, cwd, tmo, limit)
+                q = by_server.get(s)
+                if q is None:
+                    by_server[s] = [task]
+                else:
+                    q.append(task)
+        else:
+            for t, s, loc, rt, o, a, si in zip(ids.tolist(), srv.tolist(), where.tolist(), est_rt.tolist(),
+                                               opp, self.attempt[ids].tolist(), sidx.tolist()):
+                st = stages[si]
+                spec = st.spec
+                i = t - st.offset
+                by_server.setdefault(s, []).append(TaskSpec(
+                    job_id, t, a, si, spec.cpu, spec.mem_gb, float(spec.durations_s[i]),
+                    float(st.in_bytes[i]), loc, rt, o, spec.command, spec.env, spec.cwd, spec.timeout_s,
+                    spec.command is not None))
         for s, tasks in by_server.items():
             out.append(Send(f"pn:{s}", Dispatch(self.job_id, tasks)))
         return n
@@ -560,6 +654,8 @@ class JmState:
         cpu = np.array([self.stages[i].spec.cpu for i in self.stage_of]) if self.n else np.zeros(0)
         assert abs(cpu[act & ~self.opp].sum() - self.used_tokens) < 1e-6, "token accounting broken"
         assert abs(cpu[act & self.opp].sum() - self.outstanding_opp) < 1e-6, "opportunistic accounting broken"
+        if not self.finished:
+            assert self._opp_active == set(np.flatnonzero(act & self.opp).tolist()), "opportunistic set out of sync"
         assert self.done == int((self.state == S.DONE).sum())
         queued = sorted(t for st in self.stages for t in st.ready)
         assert queued == np.flatnonzero(self.state == S.READY).tolist(), "ready list out of sync"

@@ -8,14 +8,14 @@ task is planned to start and needs their room.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from apollo.effects import Kill, Launch, Log, Send, SetTimer, Start, TaskExited, Timer
 from apollo.lifecycle import TaskState, step
-from dataclasses import replace
-
 from apollo.messages import Dispatch, Heartbeat, KillTask, StatusBatch, TaskReport, TaskSpec, UpgradeTask
 
 from .queue import Profile
@@ -31,6 +31,12 @@ class PnConfig:
     mem_grid: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0)
     heartbeat_s: float = 1.0         # soonest re-report after the queue changed
     liveness_s: float = 15.0         # report at least this often even when nothing changed
+    # Status batches carry a reading planned now (True) or the last one planned, with its older
+    # timestamp (False: no re-planning per report; the heartbeat within heartbeat_s is fresh).
+    # A JM host counts everything it sent a server after that server's reading as still
+    # queued there, so with short tasks an old reading makes a server that just drained look
+    # busy; the live cluster, whose PNs have time to plan, asks for fresh readings.
+    fresh_reports: bool = False
     rm: str = "rm"
 
 
@@ -42,6 +48,22 @@ class Attempt:
     started_at: float = -1.0
 
 
+def _regular(s: TaskSpec) -> TaskSpec:
+    """``s`` as a regular (non-opportunistic) attempt: ``dataclasses.replace`` at a fraction of
+    its cost (a new message: the original may be shared with its sender in one process)."""
+    return TaskSpec(s.job_id, s.task, s.attempt, s.stage, s.cpu, s.mem_gb, s.duration_s, s.input_bytes,
+                    s.locality, s.est_runtime_s, False, s.command, s.env, s.cwd, s.timeout_s, s.mem_limit)
+
+
+def _weighted_pick(w: list[float], rng) -> int:
+    """Index drawn with probability proportional to ``w``: ``rng.choice(len(w), p=w/sum(w))``
+    (one uniform draw against the normalised cumulative weights) without numpy's per-call cost."""
+    total = sum(w)
+    cdf = list(itertools.accumulate(x / total for x in w))
+    last = cdf[-1]
+    return min(bisect.bisect_right(cdf, rng.random() * last), len(w) - 1)
+
+
 def shape_index(cpu: float, mem: float, cpu_grid: tuple, mem_grid: tuple) -> int:
     """Index of the smallest grid shape that holds (cpu, mem); the largest one if none does."""
     ci = next((i for i, c in enumerate(cpu_grid) if c >= cpu - 1e-9), len(cpu_grid) - 1)
@@ -50,6 +72,10 @@ def shape_index(cpu: float, mem: float, cpu_grid: tuple, mem_grid: tuple) -> int
 
 
 class PnState:
+    # The live runtime may hand this actor several TaskExited at once, as a list (the exits of
+    # one event-loop iteration): they share one queue pass and one status batch per job.
+    batch_exits = True
+
     def __init__(self, server: int, config: PnConfig) -> None:
         self.server = server
         self.cfg = config
@@ -72,6 +98,8 @@ class PnState:
             return self._on_dispatch(event, now, rng)
         if t is TaskExited:
             return self._on_exit(event, now, rng)
+        if t is list:
+            return self._on_exits(event, now, rng)
         if t is Timer:
             return self._heartbeat(now)
         if t is KillTask:
@@ -124,6 +152,30 @@ class PnState:
         self._emit_reports(now, out, reports)
         return out
 
+    def _on_exits(self, exits: list, now: float, rng) -> list:
+        """Several TaskExited at once: release them all, then one queue pass, one report each job."""
+        reports: dict[int, list] = {}
+        running = self.running
+        for ev in exits:
+            a = running.pop(ev.task_key, None)
+            if a is None:
+                continue  # killed before it exited
+            self._release(a)
+            a.state = step(a.state, "finish" if ev.ok else "fail")
+            s = a.spec
+            rep = TaskReport(s.job_id, s.task, s.attempt, int(a.state), a.started_at, now, ev.exit_code, ev.detail)
+            r = reports.get(s.job_id)
+            if r is None:
+                reports[s.job_id] = [rep]
+            else:
+                r.append(rep)
+        if not reports:
+            return []
+        out: list = []
+        self._run_queues(now, rng, out, reports)
+        self._emit_reports(now, out, reports)
+        return out
+
     def _on_kill(self, msg: KillTask, now: float, rng) -> list:
         key = (msg.job_id, msg.task, msg.attempt)
         out: list = []
@@ -154,13 +206,13 @@ class PnState:
         key = (msg.job_id, msg.task, msg.attempt)
         a = self.running.get(key)
         if a is not None:
-            a.spec = replace(a.spec, opportunistic=False)
+            a.spec = _regular(a.spec)
             self._matrix = None
             return []
         for i, x in enumerate(self.opp_queue):
             if x.spec.key == key:
                 self.opp_queue.pop(i)
-                x.spec = replace(x.spec, opportunistic=False)
+                x.spec = _regular(x.spec)
                 self.queue.append(x)
                 out: list = []
                 reports: dict = {}
@@ -256,8 +308,8 @@ class PnState:
             if not fits:
                 return
             # Weighted random pick: shorter tasks are likelier (they free the room sooner).
-            w = np.array([1.0 / (1.0 + self.opp_queue[i].spec.est_runtime_s) for i in fits])
-            i = fits[int(rng.choice(len(fits), p=w / w.sum()))] if len(fits) > 1 else fits[0]
+            i = fits[_weighted_pick([1.0 / (1.0 + self.opp_queue[i].spec.est_runtime_s) for i in fits], rng)] \
+                if len(fits) > 1 else fits[0]
             a = self.opp_queue.pop(i)
             room_c -= a.spec.cpu
             room_m -= a.spec.mem_gb
@@ -303,8 +355,9 @@ class PnState:
         if not reports:
             return
         # Piggyback the last computed reading with its own timestamp rather than re-planning the
-        # queue on every report: the heartbeat due within heartbeat_s carries a fresh one.
-        if self._matrix is None and self._last_matrix is None:
+        # queue on every report (unless fresh_reports): the heartbeat due within heartbeat_s
+        # carries a fresh one.
+        if self._matrix is None and (self._last_matrix is None or self.cfg.fresh_reports):
             self.matrix(now)
         m, t = (self._matrix, self._matrix_time) if self._matrix is not None else self._last_matrix
         for job_id, reps in reports.items():

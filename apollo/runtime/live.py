@@ -10,7 +10,10 @@ SimRuntime:
 - SetTimer / CancelTimer: ``loop.call_later``, keyed per (actor, key);
   re-setting a key replaces the timer.
 - Launch / Kill: the Executor (synthetic timer or subprocess); the PN gets
-  TaskExited back, never after a Kill.
+  TaskExited back, never after a Kill. An actor whose class sets
+  ``batch_exits = True`` (PnState) gets the exits of one loop iteration
+  together, as one list, on the next iteration (one queue pass and one status
+  batch for them all); others get each TaskExited at once.
 - Spawn: adds an actor. Log: ``log_sink(kind, data, now)``, by default the
   python logger "apollo.live".
 
@@ -76,6 +79,7 @@ class LiveRuntime:
         self.actors: dict[str, Any] = {}
         self.routes: dict[str, str] = {}     # local prefix routes: "jm" -> "jmhost"
         self.timers: dict[tuple, asyncio.TimerHandle] = {}
+        self._exits: dict[str, tuple] = {}   # batching actors: (actor, [TaskExited]) to deliver
         self.node = Node(secret, [], self._on_remote, listen_host=listen_host, max_frame=max_frame)
         self.node.on_peer_lost = self._peer_lost
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -155,6 +159,7 @@ class LiveRuntime:
             self._loop.call_soon(fn, *args)
 
     def _forget(self, address: str) -> None:
+        self._exits.pop(address, None)
         for k in [k for k in self.timers if k[0] == address]:
             self.timers.pop(k).cancel()
         self.executor.kill_owner(address)
@@ -207,6 +212,37 @@ class LiveRuntime:
         if effects:
             self._apply(addr, actor, effects, now)
 
+    def _exited(self, addr: str, actor: Any, ev: Any) -> None:
+        """A task of ``addr`` ended. An actor with ``batch_exits`` gets every exit of this loop
+        iteration together, as one list event (one queue pass, one status batch), on the next
+        iteration; any other actor gets each TaskExited now."""
+        if not getattr(actor, "batch_exits", False):
+            self._deliver_to(addr, actor, ev)
+            return
+        pending = self._exits.get(addr)
+        if pending is None or pending[0] is not actor:
+            self._exits[addr] = (actor, [ev])
+            self._loop.call_soon(self._deliver_exits, addr, actor)
+        else:
+            pending[1].append(ev)
+
+    def _deliver_exits(self, addr: str, actor: Any) -> None:
+        pending = self._exits.get(addr)
+        if pending is None or pending[0] is not actor:
+            return                              # removed or replaced since (and forgotten)
+        del self._exits[addr]
+        q = pending[1]
+        if q:
+            self._deliver_to(addr, actor, q if len(q) > 1 else q[0])
+
+    def _drop_exit(self, addr: str, task_key: tuple) -> None:
+        """A Kill: an exit of that attempt still waiting for delivery is dropped (no TaskExited
+        follows a Kill)."""
+        pending = self._exits.get(addr)
+        if pending:
+            key = tuple(task_key)
+            pending[1][:] = [ev for ev in pending[1] if tuple(ev.task_key) != key]
+
     def _fire(self, addr: str, actor: Any, key: Any) -> None:
         self.timers.pop((addr, key), None)
         self._deliver_to(addr, actor, Timer(key))
@@ -237,9 +273,11 @@ class LiveRuntime:
                     self.log_sink(e.kind, e.data, now)
                 elif te is Launch:
                     self.executor.launch(addr, e.task, e.locality,
-                                         lambda ev, a=addr, act=actor: self._deliver_to(a, act, ev))
+                                         lambda ev, a=addr, act=actor: self._exited(a, act, ev))
                 elif te is Kill:
                     self.executor.kill(addr, e.task_key)
+                    if self._exits:
+                        self._drop_exit(addr, e.task_key)
                 elif te is Spawn:
                     self.add(e.address, e.actor)
                 else:
