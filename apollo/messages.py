@@ -51,8 +51,8 @@ def _nonneg_int(v: Any, where: str) -> int:
 def _float(v: Any, where: str) -> float:
     if type(v) is float or type(v) is int:
         v = float(v)
-        if math.isnan(v):
-            raise WireError(f"{where}: NaN is not allowed")
+        if not math.isfinite(v):
+            raise WireError(f"{where}: {v} is not allowed (numbers must be finite)")
         return v
     raise WireError(f"{where}: expected a number, got {type(v).__name__}")
 

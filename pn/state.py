@@ -117,7 +117,7 @@ class PnState:
         refused = []
         cfg = self.cfg
         for spec in msg.tasks:
-            if spec.cpu > cfg.cores + 1e-9 or spec.mem_gb > cfg.mem_gb + 1e-9:
+            if not (0 < spec.cpu <= cfg.cores + 1e-9 and 0 < spec.mem_gb <= cfg.mem_gb + 1e-9):
                 refused.append(TaskReport(spec.job_id, spec.task, spec.attempt, int(TaskState.FAILED),
                                           now, now, -1, f"needs {spec.cpu} cpu/{spec.mem_gb} GB; "
                                           f"server {self.server} has {cfg.cores}/{cfg.mem_gb}"))

@@ -52,8 +52,10 @@ def test_undecodable_bytes():
 
 
 def test_nan_rejected_in_arrays_and_floats():
-    with pytest.raises(WireError, match="NaN"):
+    with pytest.raises(WireError, match="nan is not allowed"):
         decode([8, 1, float("nan"), 1.0, b"", 0, 0, 1.0])
+    with pytest.raises(WireError, match="Heartbeat.time: inf is not allowed"):
+        decode([8, 1, 0.0, float("inf"), b"", 0, 0, 1.0])
     bad = np.array([np.inf], np.float32).tobytes()
     with pytest.raises(WireError, match="infinity"):
         decode([8, 1, 0.0, 1.0, bad, 0, 0, 1.0])

@@ -70,6 +70,14 @@ def test_task_larger_than_server_is_refused_with_reason():
     assert rep.state == int(TaskState.FAILED) and "needs 3" in rep.detail
 
 
+def test_non_positive_resources_are_refused():
+    p = pn()
+    out = p.handle(Dispatch(7, [task(job=7, t=0, cpu=-1.0)]), 0.0, Rng())
+    rep = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)][0].reports[0]
+    assert rep.state == int(TaskState.FAILED) and p.free_cpu == 4.0
+    p.validate()
+
+
 def test_matrix_monotone_and_never_for_oversized():
     p = pn(cores=4.0, mem=16.0)
     p.handle(Dispatch(1, [task(t=0, cpu=2, est=30), task(t=1, cpu=1, est=10)]), 0.0, Rng())
