@@ -104,6 +104,78 @@ def _jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _job(args: argparse.Namespace) -> int:
+    """One job: state, per-stage progress, placements and locality (from the event records),
+    and the failure reason (with the failing task's stderr tail) if it failed."""
+    import sqlite3
+    from collections import Counter
+
+    import msgpack
+
+    from apollo.cluster import LOCALITY_NAMES
+    from apollo.messages import JOB
+    from apollo.replay import read_events
+    from apollo.report import A_HAS_INPUT, A_JOB, A_LOC, A_OUTCOME, A_SERVER, A_STAGE
+    folder = Path(args.cluster).expanduser()
+    con = sqlite3.connect(f"file:{folder / 'jobs.db'}?mode=ro", uri=True)
+    row = con.execute("SELECT name, spec, state, submitted_at, finished_at, reason FROM jobs WHERE job_id=?",
+                      (args.id,)).fetchone()
+    if row is None:
+        print(f"apollo job: no job {args.id} in {folder / 'jobs.db'}", file=sys.stderr)
+        return 1
+    name, blob, state, t0, t1, reason = row
+    spec = JOB[1](msgpack.unpackb(blob, raw=False), f"stored job {args.id}")
+    took = f", {t1 - t0:.2f} s" if t1 is not None else ""
+    print(f"job {args.id} {name!r}: {state}{took}")
+    att = [a for a in read_events(folder).attempts if a[A_JOB] == args.id]
+    done = Counter(a[A_STAGE] for a in att if a[A_OUTCOME] == "done")
+    failed = Counter(a[A_STAGE] for a in att if a[A_OUTCOME] == "failed")
+    for i, st in enumerate(spec.stages):
+        print(f"  stage {st.name:<12} {done[i]:>6}/{st.tasks} done, {failed[i]} failed attempts")
+    ok = [a for a in att if a[A_OUTCOME] == "done"]
+    with_input = [a for a in ok if a[A_HAS_INPUT]]
+    if with_input:
+        loc = Counter(a[A_LOC] for a in with_input)
+        print("  locality of input reads: " + ", ".join(
+            f"{LOCALITY_NAMES[k]} {loc[k] / len(with_input):.0%}" for k in range(3)))
+    if ok:
+        per = Counter(a[A_SERVER] for a in ok)
+        print("  placements: " + ", ".join(f"pn:{s} x{n}" for s, n in sorted(per.items())))
+    if reason:
+        print(f"  reason: {reason}")
+    return 0 if state in ("done", "running") else 1
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    """Ask the RM to cancel; the job's outcome goes to its submitter, so confirm from the store
+    (keeping the connection open until then, so the request surely leaves)."""
+    import asyncio
+    import sqlite3
+    import time
+
+    from apollo.client import Client
+    from apollo.runtime.live import run
+    folder = Path(args.cluster).expanduser()
+    con = sqlite3.connect(f"file:{folder / 'jobs.db'}?mode=ro", uri=True)
+
+    def state() -> str | None:
+        row = con.execute("SELECT state FROM jobs WHERE job_id=?", (args.id,)).fetchone()
+        return None if row is None else row[0]
+
+    async def go() -> int:
+        if state() is None:
+            print(f"apollo cancel: no job {args.id}", file=sys.stderr)
+            return 1
+        async with Client(folder) as c:
+            c.cancel(args.id)
+            deadline = time.monotonic() + 10.0
+            while state() == "running" and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        print(f"job {args.id}: {state()}")
+        return 0 if state() == "cancelled" else 1
+    return run(go())
+
+
 def _replay(args: argparse.Namespace) -> int:
     from apollo.livecluster import read_info
     from apollo.replay import replay
@@ -179,6 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
     j = sub.add_parser("jobs", help="list stored jobs")
     j.add_argument("--cluster", default=str(DEFAULT_DIR))
 
+    jb = sub.add_parser("job", help="one job: state, progress, placements, failures")
+    jb.add_argument("id", type=int)
+    jb.add_argument("--cluster", default=str(DEFAULT_DIR))
+
+    cn = sub.add_parser("cancel", help="cancel a job")
+    cn.add_argument("id", type=int)
+    cn.add_argument("--cluster", default=str(DEFAULT_DIR))
+
     r = sub.add_parser("replay", help="replay a trace on a live cluster")
     r.add_argument("trace")
     r.add_argument("--cluster", default=str(DEFAULT_DIR))
@@ -209,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "simulate":
             return _simulate(args)
-        handlers = {"cluster": _cluster, "submit": _submit, "jobs": _jobs, "replay": _replay, "demo": _demo}
+        handlers = {"cluster": _cluster, "submit": _submit, "jobs": _jobs, "job": _job, "cancel": _cancel,
+                    "replay": _replay, "demo": _demo}
         if args.cmd in handlers:
             return handlers[args.cmd](args)
     except SpecError as e:
