@@ -22,7 +22,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from apollo.client import Client
+from apollo import Client
 from apollo.livecluster import down, read_info, restart_process, status, up
 from apollo.messages import PROTOCOL_VERSION
 from apollo.replay import read_events, replay
