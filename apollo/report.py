@@ -164,7 +164,7 @@ def build_report(rec: Recorder, *, mode: str, workload: dict, cluster: dict, sch
         "jobs": {"submitted": len(rec.submitted), "completed": len(jobs_ok),
                  "failed": len(rec.done) - len(jobs_ok), "refused": len(rec.refused)},
         "tasks": {"submitted": int(sum(s[2] for s in rec.submitted)), "completed": completed,
-                  "failed": int((outcome == "failed").sum()), "duplicates": 0, "clones": 0,
+                  "failed": int((outcome == "failed").sum()), "duplicates": int((outcome == "moved").sum()), "clones": 0,
                   "opportunistic": int(sum(1 for r in att if r[A_OPP])),
                   "preempted": int((outcome == "preempted").sum()), "upgraded": rec.upgraded},
         "job_completion_s": stats(jct),

@@ -45,6 +45,24 @@ class JmConfig:
     cpu_grid: tuple[float, ...] = (1.0, 2.0, 4.0)
     mem_grid: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0)
     max_batch: int = 2000
+    # Apollo matches up to this many ready tasks per free token and dispatches the best
+    # matches (lowest wait first): with tokens freeing one at a time, this is what lets the
+    # JM pick the task whose data sits on the server that just freed up, rather than the next
+    # task in line wherever it can go. 1 = match only as many tasks as there are tokens.
+    lookahead: int = 8
+    # ...but a task passed over for this long goes first, in priority order (as in delay
+    # scheduling): otherwise the task that never finds a good server ends last and holds up
+    # its stage and everything downstream of it.
+    patience_s: float = 2.0
+    # Apollo defers a task rather than queue it where it would cost this much more than an idle
+    # server reading its input remotely: the token is better spent on a server that is free,
+    # and the task is matched again in the next batch or pass. <= 0: never defer.
+    defer_s: float = 1.0
+    # Correction (Apollo): a task still queued at its server long after the wait expected when
+    # it was sent (factor x expected + slack) is withdrawn from there and placed again, on the
+    # fresher view. This also recovers a Dispatch that was lost. <= 0: never.
+    overdue_factor: float = 2.0
+    overdue_slack_s: float = 5.0
     max_batches_per_pass: int = 64
     max_rounds: int = 64
     per_rack: int = 2
@@ -122,6 +140,7 @@ class JmState:
         self.n = n
         self._cpu_of = np.array([st.spec.cpu for st in self.stages])
         self._bw = config.io.bandwidths()
+        self._in_bytes = np.concatenate([st.in_bytes for st in self.stages]) if self.stages else np.zeros(0)
         self.stage_of = np.repeat(np.arange(len(self.stages), dtype=np.int32), [s.n for s in self.stages])
         self.state = np.full(n, int(S.PENDING), dtype=np.int8)
         self.attempt = np.zeros(n, dtype=np.int32)
@@ -131,6 +150,8 @@ class JmState:
         self.ready_t = np.zeros(n)
         self.dispatch_t = np.zeros(n)
         self.start_t = np.full(n, -1.0)
+        self.passed_at = np.full(n, np.inf)     # when lookahead first passed the task over
+        self.exp_wait = np.zeros(n)             # queue wait expected when the task was sent
         self.locality = np.full(n, REMOTE, dtype=np.int8)
         self.used_tokens = 0.0
         self.outstanding_opp = 0.0
@@ -193,7 +214,19 @@ class JmState:
     def wants_view(self) -> bool:
         """Whether a new cluster view gives this JM anything to do (it has tasks waiting to be
         placed, or a demand the RM has not heard)."""
-        return self._has_ready() or self._demand() != self._last_demand
+        return self._has_ready() or self._demand() != self._last_demand or self._watch_queued()
+
+    def _watch_queued(self) -> bool:
+        return self.cfg.policy == "apollo" and self.cfg.overdue_slack_s > 0 and bool((self.state == DISPATCHED).any())
+
+    def _withdraw_overdue(self, now: float, out: list) -> None:
+        """Move tasks whose queue wait turned out much worse than expected (see JmConfig)."""
+        cfg = self.cfg
+        late = (self.state == DISPATCHED) & (now - self.dispatch_t > cfg.overdue_factor * self.exp_wait
+                                             + cfg.overdue_slack_s)
+        for t in np.flatnonzero(late).tolist():
+            out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
+            self._attempt_over(t, now, out, "requeue", "overdue in queue", blame=False, outcome="moved")
 
     def on_view(self, now: float, rng, lost: np.ndarray | None = None) -> list:
         """The host's view changed: recover tasks on ``lost`` servers (dead or restarted),
@@ -210,6 +243,8 @@ class JmState:
                 self._attempt_over(t, now, out, "fail", f"server {int(self.server[t])} lost", blame=False)
                 if self.finished:
                     return out
+        if self._watch_queued():
+            self._withdraw_overdue(now, out)
         self._schedule(now, rng, out)
         demand = self._demand()
         if demand != self._last_demand:
@@ -294,11 +329,12 @@ class JmState:
             self._finish(True, "", now, out)
 
     def _attempt_over(self, t: int, now: float, out: list, event: str, detail: str, blame: bool,
-                      t_end: float | None = None) -> None:
+                      t_end: float | None = None, outcome: str = "") -> None:
         """An attempt ended without success: retry the task elsewhere, or give up on the job."""
         self.state[t] = step(int(self.state[t]), event)
         self._free_slot(t)
-        self._log_attempt(t, "preempted" if event == "requeue" else "failed", now if t_end is None else t_end, out)
+        self._log_attempt(t, outcome or ("preempted" if event == "requeue" else "failed"),
+                          now if t_end is None else t_end, out)
         srv = int(self.server[t])
         if blame:
             self.failures[t] += 1
@@ -368,7 +404,8 @@ class JmState:
             room = int(max(reg_room, 0) + max(opp_room, 0))
             if room <= 0:
                 break
-            batch = self._pop_ready(min(room, cap))
+            want = room * cfg.lookahead if cfg.policy == "apollo" else room
+            batch = self._pop_ready(min(want, cap))
             if not batch:
                 break
             ids = np.asarray(batch, dtype=np.int64)
@@ -379,14 +416,18 @@ class JmState:
                 blocked = True
                 break
             placed = ids[ok]
-            # Dispatch in order of quality: lowest expected wait first gets the tokens.
-            order = np.argsort(wait[ok], kind="stable")
+            # Dispatch in order of quality: the soonest expected start of computing (queue wait
+            # plus reading the input at the locality the match got) gets the tokens first.
+            order = self._quality_order(placed, wait[ok], where[ok], now) if cfg.lookahead > 1 and \
+                cfg.policy == "apollo" else np.argsort(wait[ok], kind="stable")
             placed, psrv = placed[order], servers[ok][order]
             n_placed = self._dispatch(placed, psrv, wait[ok][order], where[ok][order], now, reg_room,
                                       opp_room, out)
-            if n_placed < len(placed):
-                self._push_back(placed[n_placed:].tolist())
-            self._push_back([t for t, o in zip(batch, ok) if not o])
+            if n_placed < len(batch):    # the rest go back in their priority order
+                sent = set(placed[:n_placed].tolist())
+                rest = [t for t in batch if t not in sent]
+                self.passed_at[rest] = np.minimum(self.passed_at[rest], now)
+                self._push_back(rest)
             placed_total += n_placed
             if n_placed == 0:
                 break
@@ -394,9 +435,21 @@ class JmState:
                 blocked = True
         if placed_total:
             out.append(Log("decisions", (placed_total,)))
-        if (blocked or cfg.policy == "fifo") and self._has_ready() and not self._retry_pending:
+        # Tasks Apollo deferred are matched again on the next view or status report, which is
+        # when the picture can change; other policies poll.
+        deferring = cfg.policy == "apollo" and cfg.defer_s > 0
+        if ((blocked and not deferring) or cfg.policy == "fifo") and self._has_ready() and not self._retry_pending:
             self._retry_pending = True
             out.append(SetTimer(cfg.retry_s, "retry"))
+
+    def _quality_order(self, ids: np.ndarray, wait: np.ndarray, where: np.ndarray, now: float) -> np.ndarray:
+        """Dispatch order of matched tasks: least time lost first (expected queue wait plus
+        the extra input reading time over a node-local read); tasks passed over for
+        ``patience_s`` before everything, in priority order."""
+        bw = self._bw
+        lost = wait + self._in_bytes[ids] * (1.0 / bw[where] - 1.0 / bw[0])
+        lost[now - self.passed_at[ids] >= self.cfg.patience_s] = -1.0
+        return np.argsort(lost, kind="stable")
 
     def _upgrade(self, now: float, out: list) -> None:
         """Freed tokens go first to this job's opportunistic attempts: they stop being
@@ -449,6 +502,13 @@ class JmState:
         C, E, W = est.costs(cand, loc, in_bytes, runtime, shape, cpu, now, view, self._fail_rate, cfg.io,
                             cfg.estimate, rng)
         C[~valid] = np.inf
+        if cfg.policy == "apollo" and cfg.defer_s > 0 and view.has_idle(now):
+            # Some server is idle, so a task whose options here all cost more than reading its
+            # input remotely on an idle server (plus defer_s) should not queue: it is matched
+            # again in the next batch or pass. (With no server idle, queueing is the best there is.)
+            ec = cfg.estimate     # the idle server's reading is as old as the view
+            doubt = ec.stale_penalty * min(max(now - view.time, 0.0), ec.max_stale_s)
+            C[E > (cfg.io.init_s + in_bytes / self._bw[REMOTE] + runtime + cfg.defer_s + doubt)[:, None]] = np.inf
         if cfg.policy == "apollo":
             # When every task's cheapest server is a different one, deferred acceptance ends in
             # its first round with each task holding its first proposal: that is the stable
@@ -599,6 +659,8 @@ class JmState:
             self.opp[ids[n_reg:]] = True
             self._opp_active.update(ids[n_reg:].tolist())
         self.dispatch_t[ids] = now
+        self.exp_wait[ids] = wait[:n]
+        self.passed_at[ids] = np.inf
         self.start_t[ids] = -1.0
         self.locality[ids] = where
         bw = self._bw

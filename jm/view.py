@@ -51,6 +51,11 @@ class ViewCache:
             free = np.where(self.matrices[servers, ci * nm] - age <= 0.0, c, free)
         return free - self.pending_cpu(servers)
 
+    def has_idle(self, now: float) -> bool:
+        """Whether any lightly loaded server has a CPU free now, as far as this host knows."""
+        light = self.lightly_loaded
+        return bool(len(light)) and bool((self.free_cpu(light, now) >= 1.0 - 1e-9).any())
+
     def pending_cpu(self, servers) -> np.ndarray:
         return np.where(self.stamps[servers] <= self.sent_at[servers], self.sent_cpu[servers], 0.0)
 

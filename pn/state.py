@@ -37,6 +37,14 @@ class PnConfig:
     # queued there, so with short tasks an old reading makes a server that just drained look
     # busy; the live cluster, whose PNs have time to plan, asks for fresh readings.
     fresh_reports: bool = False
+    # A running task past its runtime estimate is expected to run on for this fraction of the
+    # time it has run so far (runtimes are heavy-tailed: the longer a task has run, the longer
+    # it is likely to go on); planning it as about to end would advertise a busy server as free.
+    overrun_factor: float = 0.1
+    # Advertise running opportunistic tasks as occupying their server: a regular task sent
+    # there would preempt one (wasting its work), so JMs should prefer a server that is free.
+    # The queue itself still preempts them for any regular task that arrives.
+    advertise_opportunistic: bool = True
     rm: str = "rm"
 
 
@@ -90,6 +98,8 @@ class PnState:
         self._avail = np.zeros(0)
         self._last_matrix: tuple | None = None  # the last planned reading, kept across changes
         self._hb_due = float("inf")             # when the armed heartbeat timer fires
+        self._revise_at = float("inf")          # a running task outlives its planned end then
+        self._quiet_starts: list[Attempt] = []  # started on arrival, start not yet reported
 
     # ---- event entry -------------------------------------------------------
     def handle(self, event, now: float, rng) -> list:
@@ -126,7 +136,10 @@ class PnState:
             if spec.opportunistic:
                 self.opp_queue.append(a)
             elif not self.queue and spec.cpu <= self.free_cpu + 1e-9 and spec.mem_gb <= self.free_mem + 1e-9:
-                self._start(a, now, out, report=False)   # fast path: nothing ahead of it
+                # Fast path: nothing ahead of it. Its start is reported with the next heartbeat if
+                # it is still running then (most short tasks end first and report only once).
+                self._start(a, now, out, report=False)
+                self._quiet_starts.append(a)
                 continue
             else:
                 self.queue.append(a)
@@ -251,11 +264,17 @@ class PnState:
                 free_c += s.cpu
                 free_m += s.mem_gb
                 continue
-            rel.append((a.started_at + s.est_runtime_s, s.cpu, s.mem_gb))
+            rel.append((self._expected_end(a, now), s.cpu, s.mem_gb))
         return Profile(now, free_c, free_m, rel)
 
-    def _plan(self, now: float) -> tuple[Profile, list[float]]:
-        prof = self._profile(now, include_opportunistic=False)
+    def _expected_end(self, a: Attempt, now: float) -> float:
+        end = a.started_at + a.spec.est_runtime_s
+        if end > now:
+            return end
+        return now + self.cfg.overrun_factor * (now - a.started_at) + 1e-3
+
+    def _plan(self, now: float, include_opportunistic: bool = False) -> tuple[Profile, list[float]]:
+        prof = self._profile(now, include_opportunistic)
         starts = []
         for a in self.queue:
             s = a.spec
@@ -322,14 +341,19 @@ class PnState:
         Planned only when the queues changed; in between, the planned availability
         times stand and the waits shrink as time passes.
         """
-        if self._matrix is None:
+        if self._matrix is None or now >= self._revise_at:
             cfg = self.cfg
+            self._revise_at = float("inf")
             if not self.queue and not self.running:
                 w = [0.0 if c <= cfg.cores and m <= cfg.mem_gb else NEVER_S
                      for c in cfg.cpu_grid for m in cfg.mem_grid]
             else:
-                prof, _ = self._plan(now)
+                opp = cfg.advertise_opportunistic
+                prof, _ = self._plan(now, opp)
                 w = [min(x, NEVER_S) for x in prof.wait_matrix(cfg.cpu_grid, cfg.mem_grid)]
+                # The plan holds until the first running task outlives its planned end.
+                self._revise_at = min((self._expected_end(a, now) for a in self.running.values()
+                                       if opp or not a.spec.opportunistic), default=float("inf"))
             self._avail = np.array(w) + now      # absolute times each shape could start
             self._matrix = np.array(w, dtype=np.float32)
             self._matrix_time = now
@@ -340,12 +364,29 @@ class PnState:
         return self._matrix
 
     def _heartbeat(self, now: float) -> list:
-        """Report to the RM, then stay quiet until something changes or liveness is due."""
-        self._hb_due = now + self.cfg.liveness_s
-        return [Send(self.cfg.rm, Heartbeat(self.server, self.boot_time, now, self.matrix(now),
-                                            len(self.running), len(self.queue) + len(self.opp_queue),
-                                            self.free_cpu)),
-                SetTimer(self.cfg.liveness_s, "hb")]
+        """Report to the RM, then stay quiet until something changes, a running task outlives
+        its planned end (the reading would be wrong from then on) or liveness is due."""
+        matrix = self.matrix(now)
+        quiet = min(self.cfg.liveness_s, max(self._revise_at - now, self.cfg.heartbeat_s))
+        self._hb_due = now + quiet
+        out = [Send(self.cfg.rm, Heartbeat(self.server, self.boot_time, now, matrix,
+                                           len(self.running), len(self.queue) + len(self.opp_queue),
+                                           self.free_cpu)),
+               SetTimer(quiet, "hb")]
+        if self._quiet_starts:
+            # JMs tell a task queued too long from one that started, so report the starts of
+            # tasks that began on arrival and are still running.
+            reports: dict[int, list] = {}
+            running = self.running
+            for a in self._quiet_starts:
+                s = a.spec
+                if running.get(s.key) is a:
+                    reports.setdefault(s.job_id, []).append(
+                        TaskReport(s.job_id, s.task, s.attempt, int(a.state), a.started_at, 0.0, 0, ""))
+            self._quiet_starts = []
+            for job_id, reps in reports.items():
+                out.append(Send(f"jm:{job_id}", StatusBatch(job_id, self.server, reps, matrix, now)))
+        return out
 
     def _emit_reports(self, now: float, out: list, reports: dict) -> None:
         # Every handler that changes the queues ends here: make sure the RM hears soon.

@@ -207,3 +207,62 @@ def test_dag_priorities_follow_critical_path():
     j, _ = jm(JobSpec("dag", [a, b, c]))
     pr = {s.spec.name: s.priority for s in j.stages}
     assert pr["a"] > pr["c"] and pr["a"] == pytest.approx(101.0)
+
+
+def _one_token_pass(policy):
+    """Eight equal map tasks, every server busy for 5 s except one holding task 5's input."""
+    spec = JobSpec("m", [StageSpec("map", 8, np.full(8, 2.0), input_bytes=np.full(8, 64e6), dataset="ds")])
+    v = view(wait=5.0)
+    j = JmState(1, spec, 0, 0.0, JmConfig(topology=TOPO, policy=policy, defer_s=0.0, opportunistic=False), v)
+    j.start(0.0, Rng())
+    reps = j.stages[0].reps
+    free = int(reps[5][0])
+    v.matrices[free] = 0.0
+    return j, j.handle(TokenGrant(1, 1), 0.0, Rng()), free
+
+
+def test_lookahead_spends_a_lone_token_on_the_task_with_an_idle_local_server():
+    j, out, free = _one_token_pass("apollo")
+    assert dispatched(out) == [(f"pn:{free}", dispatched(out)[0][1])]
+    assert dispatched(out)[0][1].task == 5 and j.locality[5] == NODE
+    j.validate()
+    g, out, _ = _one_token_pass("greedy")           # greedy takes the next task in line
+    assert [t.task for _, t in dispatched(out)] == [0]
+
+
+def test_a_task_queued_far_longer_than_expected_is_moved():
+    spec = JobSpec("m", [StageSpec("map", 1, np.full(1, 2.0))])
+    j, out = jm(spec)
+    (to, t), = dispatched(out)
+    assert j.exp_wait[0] == 0.0
+    # No start heard long after the expected wait (0 s) plus the slack: withdraw and re-place.
+    out = j.on_view(j.cfg.overdue_slack_s + 1.0, Rng())
+    kills = [e for e in out if isinstance(e, Send) and isinstance(e.msg, KillTask)]
+    assert [(k.to, k.msg.attempt) for k in kills] == [(to, 1)]
+    again = dispatched(out)
+    assert len(again) == 1 and again[0][1].attempt == 2
+    assert j.state[0] == TaskState.DISPATCHED
+    j.validate()
+    # A started task is never moved.
+    j.handle(report(j, 0, TaskState.RUNNING, t0=7.0, t1=0.0), 7.0, Rng())
+    out = j.on_view(100.0, Rng())
+    assert not [e for e in out if isinstance(e, Send) and isinstance(e.msg, KillTask)]
+
+
+def test_apollo_defers_rather_than_queue_behind_a_long_wait_when_a_server_is_idle():
+    spec = JobSpec("m", [StageSpec("map", 1, np.full(1, 2.0), input_bytes=np.full(1, 64e6), dataset="ds")])
+    v = view(wait=60.0)
+    j = JmState(1, spec, 0, 0.0, JmConfig(topology=TOPO), v)
+    j.start(0.0, Rng())
+    cand = set(j.stages[0].reps[0].tolist())
+    idle = next(s for s in range(20) if TOPO.rack_of[s] not in {TOPO.rack_of[c] for c in cand})
+    v.matrices[idle] = 0.0
+    v.lightly_loaded = np.array([idle], dtype=np.int32)
+    rng = Rng()
+    out = j.handle(TokenGrant(1, 1), 0.0, rng)
+    # Its candidates: its input's servers and racks (60 s queues) and the idle server, remote.
+    assert [s for s, _ in dispatched(out)] == [f"pn:{idle}"]
+    v.matrices[idle] = 60.0                          # nothing idle any more: queueing is best
+    j2 = JmState(2, spec, 1, 0.0, JmConfig(topology=TOPO), v)
+    out = j2.start(0.0, Rng())
+    assert len(dispatched(out)) == 1

@@ -131,3 +131,27 @@ def test_shape_index():
     assert shape_index(1, 2, grid_c, grid_m) == 0
     assert shape_index(1.5, 3, grid_c, grid_m) == 1 * 4 + 1
     assert shape_index(64, 64, grid_c, grid_m) == 11
+
+
+def test_a_task_past_its_estimate_is_planned_to_run_on_and_reported_again():
+    p = pn(cores=1.0)
+    p.handle(Dispatch(1, [task(t=0, est=10.0, dur=100.0)]), 0.0, Rng())
+    assert p.matrix(5.0)[0] == pytest.approx(5.0)       # planned end at 10 s
+    # The heartbeat after the start waits until the plan turns wrong (the estimate runs out).
+    out = p.handle(Timer("hb"), 1.0, Rng())
+    assert [e.delay for e in out if isinstance(e, SetTimer)] == [pytest.approx(9.0)]
+    # Past the estimate: not "free now" but still busy, for a fraction of the time it has run.
+    w = p.matrix(20.0)[0]
+    assert w == pytest.approx(p.cfg.overrun_factor * 20.0, abs=0.01)
+
+
+def test_start_on_arrival_is_reported_at_the_next_heartbeat_if_still_running():
+    p = pn()
+    out = p.handle(Dispatch(1, [task(t=0), task(t=1, est=0.5, dur=0.5)]), 0.0, Rng())
+    assert not [e for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)]
+    p.handle(TaskExited((1, 1, 1), True, 0, ""), 0.5, Rng())   # task 1 is over before the heartbeat
+    out = p.handle(Timer("hb"), 1.0, Rng())
+    sb = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)]
+    assert len(sb) == 1 and [(r.task, r.state) for r in sb[0].reports] == [(0, int(TaskState.RUNNING))]
+    out = p.handle(Timer("hb"), 2.0, Rng())                     # reported once
+    assert not [e for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)]
