@@ -83,11 +83,33 @@ def _submit(args: argparse.Namespace) -> int:
             print(f"submitted job {job_id} ({spec.name}, {spec.total_tasks} tasks)")
             if not args.wait:
                 return 0
-            done = await c.wait(job_id)
+            done = await _wait_with_progress(c, job_id, spec.total_tasks)
             print(f"job {job_id} {'completed' if done.ok else 'FAILED: ' + done.reason} "
                   f"({done.tasks_done} tasks done)")
             return 0 if done.ok else 1
     return run(go())
+
+
+async def _wait_with_progress(c, job_id: int, total: int):
+    """Wait for the job while a rich progress bar per stage follows its attempt records."""
+    import asyncio
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    waiting = asyncio.ensure_future(c.wait(job_id))
+    with Progress(TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[note]}"), TimeElapsedColumn(), transient=False) as bar:
+        rows: dict[int, int] = {}
+        while True:
+            st = c.status(job_id)
+            if st is not None:
+                for i, s in enumerate(st.stages):
+                    if i not in rows:
+                        rows[i] = bar.add_task(s.name, total=s.tasks, note="")
+                    note = f"{s.failed_attempts} failed attempts" if s.failed_attempts else ""
+                    bar.update(rows[i], completed=s.done, note=note)
+            if waiting.done():
+                return waiting.result()
+            await asyncio.wait([waiting], timeout=0.2)
 
 
 def _jobs(args: argparse.Namespace) -> int:
@@ -107,43 +129,26 @@ def _jobs(args: argparse.Namespace) -> int:
 def _job(args: argparse.Namespace) -> int:
     """One job: state, per-stage progress, placements and locality (from the event records),
     and the failure reason (with the failing task's stderr tail) if it failed."""
-    import sqlite3
-    from collections import Counter
-
-    import msgpack
-
+    from apollo.client import job_status
     from apollo.cluster import LOCALITY_NAMES
-    from apollo.messages import JOB
-    from apollo.replay import read_events
-    from apollo.report import A_HAS_INPUT, A_JOB, A_LOC, A_OUTCOME, A_SERVER, A_STAGE
     folder = Path(args.cluster).expanduser()
-    con = sqlite3.connect(f"file:{folder / 'jobs.db'}?mode=ro", uri=True)
-    row = con.execute("SELECT name, spec, state, submitted_at, finished_at, reason FROM jobs WHERE job_id=?",
-                      (args.id,)).fetchone()
-    if row is None:
+    st = job_status(folder, args.id)
+    if st is None:
         print(f"apollo job: no job {args.id} in {folder / 'jobs.db'}", file=sys.stderr)
         return 1
-    name, blob, state, t0, t1, reason = row
-    spec = JOB[1](msgpack.unpackb(blob, raw=False), f"stored job {args.id}")
-    took = f", {t1 - t0:.2f} s" if t1 is not None else ""
-    print(f"job {args.id} {name!r}: {state}{took}")
-    att = [a for a in read_events(folder).attempts if a[A_JOB] == args.id]
-    done = Counter(a[A_STAGE] for a in att if a[A_OUTCOME] == "done")
-    failed = Counter(a[A_STAGE] for a in att if a[A_OUTCOME] == "failed")
-    for i, st in enumerate(spec.stages):
-        print(f"  stage {st.name:<12} {done[i]:>6}/{st.tasks} done, {failed[i]} failed attempts")
-    ok = [a for a in att if a[A_OUTCOME] == "done"]
-    with_input = [a for a in ok if a[A_HAS_INPUT]]
-    if with_input:
-        loc = Counter(a[A_LOC] for a in with_input)
+    took = f", {st.finished_at - st.submitted_at:.2f} s" if st.finished_at is not None else ""
+    print(f"job {args.id} {st.name!r}: {st.state}{took}")
+    for s in st.stages:
+        print(f"  stage {s.name:<12} {s.done:>6}/{s.tasks} done, {s.failed_attempts} failed attempts")
+    reads = sum(st.locality.values())
+    if reads:
         print("  locality of input reads: " + ", ".join(
-            f"{LOCALITY_NAMES[k]} {loc[k] / len(with_input):.0%}" for k in range(3)))
-    if ok:
-        per = Counter(a[A_SERVER] for a in ok)
-        print("  placements: " + ", ".join(f"pn:{s} x{n}" for s, n in sorted(per.items())))
-    if reason:
-        print(f"  reason: {reason}")
-    return 0 if state in ("done", "running") else 1
+            f"{LOCALITY_NAMES[k]} {st.locality[k] / reads:.0%}" for k in range(3)))
+    if st.placements:
+        print("  placements: " + ", ".join(f"pn:{s} x{n}" for s, n in sorted(st.placements.items())))
+    if st.reason:
+        print(f"  reason: {st.reason}")
+    return 0 if st.state in ("done", "running") else 1
 
 
 def _cancel(args: argparse.Namespace) -> int:

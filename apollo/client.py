@@ -1,19 +1,109 @@
-"""apollo.Client: submit jobs to a live cluster and wait for them (the CLI is built on it).
+"""apollo.Client: submit jobs to a live cluster, follow and wait for them (the CLI is built on it).
 
     async with Client("~/.apollo/cluster") as c:
         job_id = await c.submit(spec)
+        print(c.status(job_id))            # JobStatus: state, per-stage progress, placements
         done = await c.wait(job_id)        # apollo.messages.JobDone
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
+import sqlite3
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from apollo.effects import Start
 from apollo.messages import CancelJob, JobAccepted, JobDone, SubmitJob
 from apollo.runtime.live import LiveRuntime
 from apollo.spec import JobSpec, SpecError
+
+
+@dataclass
+class StageStatus:
+    name: str
+    tasks: int
+    done: int = 0
+    failed_attempts: int = 0
+
+
+@dataclass
+class JobStatus:
+    job_id: int
+    name: str
+    state: str                       # running | done | failed | cancelled
+    submitted_at: float
+    finished_at: float | None
+    reason: str
+    stages: list[StageStatus]
+    placements: Counter = field(default_factory=Counter)     # server -> tasks done there
+    locality: Counter = field(default_factory=Counter)       # NODE/RACK/REMOTE -> input reads
+
+    @property
+    def tasks(self) -> int:
+        return sum(s.tasks for s in self.stages)
+
+    @property
+    def done(self) -> int:
+        return sum(s.done for s in self.stages)
+
+
+class EventTail:
+    """The cluster's attempt records (events-*.jsonl in its folder), read incrementally."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._offsets: dict[Path, int] = {}
+        self.attempts: list[tuple] = []
+
+    def poll(self) -> list[tuple]:
+        for f in sorted(self.folder.glob("events-*.jsonl")):
+            at = self._offsets.get(f, 0)
+            with open(f, "rb") as fh:
+                fh.seek(at)
+                chunk = fh.read()
+            end = chunk.rfind(b"\n") + 1          # a line still being written waits
+            self._offsets[f] = at + end
+            for line in chunk[:end].splitlines():
+                try:
+                    kind, _, data = json.loads(line)
+                except ValueError:
+                    continue                          # a line cut short by a crash
+                if kind == "attempt":
+                    self.attempts.append(tuple(data))
+        return self.attempts
+
+
+def job_status(folder: Path, job_id: int, tail: EventTail | None = None) -> JobStatus | None:
+    """A job's state from the RM's store and its attempts from the event records (None: no such job)."""
+    import msgpack
+
+    from apollo.messages import JOB
+    from apollo.report import A_HAS_INPUT, A_JOB, A_LOC, A_OUTCOME, A_SERVER, A_STAGE
+    con = sqlite3.connect(f"file:{folder / 'jobs.db'}?mode=ro", uri=True)
+    try:
+        row = con.execute("SELECT name, spec, state, submitted_at, finished_at, reason FROM jobs WHERE job_id=?",
+                          (job_id,)).fetchone()
+    finally:
+        con.close()
+    if row is None:
+        return None
+    name, blob, state, t0, t1, reason = row
+    spec = JOB[1](msgpack.unpackb(blob, raw=False), f"stored job {job_id}")
+    st = JobStatus(job_id, name, state, t0, t1, reason or "", [StageStatus(s.name, s.tasks) for s in spec.stages])
+    for a in (tail or EventTail(folder)).poll():
+        if a[A_JOB] != job_id:
+            continue
+        if a[A_OUTCOME] == "done":
+            st.stages[a[A_STAGE]].done += 1
+            st.placements[a[A_SERVER]] += 1
+            if a[A_HAS_INPUT]:
+                st.locality[a[A_LOC]] += 1
+        elif a[A_OUTCOME] == "failed":
+            st.stages[a[A_STAGE]].failed_attempts += 1
+    return st
 
 
 class _Inbox:
@@ -48,6 +138,7 @@ class Client:
         self.inbox = _Inbox()
         self.rt: LiveRuntime | None = None
         self._lock = asyncio.Lock()
+        self._tail = EventTail(self.folder)
 
     async def __aenter__(self) -> "Client":
         self.rt = LiveRuntime(self.secret, epoch=self.info.get("epoch"))
@@ -84,6 +175,11 @@ class Client:
                 waiters.remove(f)
                 if not waiters and self.inbox.waiters.get(job_id) is waiters:
                     del self.inbox.waiters[job_id]
+
+    def status(self, job_id: int) -> JobStatus | None:
+        """Where a job stands (None: the cluster has no such job). Reads the cluster's folder, so
+        it needs a client on the cluster's machine."""
+        return job_status(self.folder, job_id, self._tail)
 
     def cancel(self, job_id: int) -> None:
         self.rt.inject("rm", CancelJob(job_id))

@@ -20,6 +20,7 @@ def test_submit_inspect_cancel_and_down(tmp_path):
     try:
         r = apollo("submit", "--cluster", folder, str(quick), "--wait")
         assert r.returncode == 0 and "job 0 completed" in r.stdout, r.stdout + r.stderr
+        assert "3/3" in r.stdout and "1/1" in r.stdout, r.stdout      # the progress bar, per stage
         r = apollo("job", "0", "--cluster", folder)
         assert "done" in r.stdout and "3/3 done" in r.stdout and "1/1 done" in r.stdout, r.stdout
         r = apollo("submit", "--cluster", folder, str(slow))
