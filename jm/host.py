@@ -40,7 +40,7 @@ class JmHost:
             lost = np.flatnonzero((was_alive & ~view.alive) | (view.boot_times > was_boot))
             out: list = []
             for job_id, jm in list(self.jms.items()):
-                if len(lost) or jm.wants_view():
+                if len(lost) or jm.wants_view(now):
                     out.extend(self._wrap(job_id, jm.on_view(now, rng, lost)))
                     self._reap(job_id, jm)
             return out

@@ -58,9 +58,9 @@ class JmConfig:
     # server reading its input remotely: the token is better spent on a server that is free,
     # and the task is matched again in the next batch or pass. <= 0: never defer.
     defer_s: float = 1.0
-    # Correction (Apollo): a task still queued at its server long after the wait expected when
-    # it was sent (factor x expected + slack) is withdrawn from there and placed again, on the
-    # fresher view. This also recovers a Dispatch that was lost. <= 0: never.
+    # Correction (Apollo): a task its server reported queued, and still not started long after
+    # the wait expected when it was sent (factor x expected + slack), is withdrawn from there
+    # and placed again on the fresher view. <= 0: never.
     overdue_factor: float = 2.0
     overdue_slack_s: float = 5.0
     max_batches_per_pass: int = 64
@@ -152,6 +152,8 @@ class JmState:
         self.start_t = np.full(n, -1.0)
         self.passed_at = np.full(n, np.inf)     # when lookahead first passed the task over
         self.exp_wait = np.zeros(n)             # queue wait expected when the task was sent
+        self.queued_seen = np.zeros(n, dtype=bool)   # the server reported the attempt queued
+        self._watch_at = np.inf                 # no queued task can be overdue before then
         self.locality = np.full(n, REMOTE, dtype=np.int8)
         self.used_tokens = 0.0
         self.outstanding_opp = 0.0
@@ -211,20 +213,22 @@ class JmState:
             self._finish(False, "cancelled", now, out)
         return out
 
-    def wants_view(self) -> bool:
+    def wants_view(self, now: float) -> bool:
         """Whether a new cluster view gives this JM anything to do (it has tasks waiting to be
-        placed, or a demand the RM has not heard)."""
-        return self._has_ready() or self._demand() != self._last_demand or self._watch_queued()
+        placed, a demand the RM has not heard, or queued tasks that may be overdue)."""
+        return self._has_ready() or self._demand() != self._last_demand or now >= self._watch_at
 
-    def _watch_queued(self) -> bool:
-        return self.cfg.policy == "apollo" and self.cfg.overdue_slack_s > 0 and bool((self.state == DISPATCHED).any())
+    def _deadlines(self, ids: np.ndarray) -> np.ndarray:
+        cfg = self.cfg
+        return self.dispatch_t[ids] + cfg.overdue_factor * self.exp_wait[ids] + cfg.overdue_slack_s
 
     def _withdraw_overdue(self, now: float, out: list) -> None:
         """Move tasks whose queue wait turned out much worse than expected (see JmConfig)."""
-        cfg = self.cfg
-        late = (self.state == DISPATCHED) & (now - self.dispatch_t > cfg.overdue_factor * self.exp_wait
-                                             + cfg.overdue_slack_s)
-        for t in np.flatnonzero(late).tolist():
+        queued = np.flatnonzero((self.state == DISPATCHED) & self.queued_seen)
+        due = self._deadlines(queued)
+        late = due <= now
+        self._watch_at = float(due[~late].min()) if (~late).any() else np.inf
+        for t in queued[late].tolist():
             out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
             self._attempt_over(t, now, out, "requeue", "overdue in queue", blame=False, outcome="moved")
 
@@ -243,7 +247,7 @@ class JmState:
                 self._attempt_over(t, now, out, "fail", f"server {int(self.server[t])} lost", blame=False)
                 if self.finished:
                     return out
-        if self._watch_queued():
+        if now >= self._watch_at:
             self._withdraw_overdue(now, out)
         self._schedule(now, rng, out)
         demand = self._demand()
@@ -268,7 +272,11 @@ class JmState:
             if cur != DISPATCHED and cur != RUNNING:
                 continue
             rs = r.state
-            if rs == RUNNING:
+            if rs == DISPATCHED:       # it had to queue there
+                if cur == DISPATCHED and self.cfg.policy == "apollo" and self.cfg.overdue_slack_s > 0:
+                    self.queued_seen[t] = True
+                    self._watch_at = min(self._watch_at, float(self._deadlines(np.array([t]))[0]))
+            elif rs == RUNNING:
                 self.state[t] = step(int(cur), "start")
                 self.start_t[t] = r.t_start
             elif rs == DONE:
@@ -660,6 +668,7 @@ class JmState:
             self._opp_active.update(ids[n_reg:].tolist())
         self.dispatch_t[ids] = now
         self.exp_wait[ids] = wait[:n]
+        self.queued_seen[ids] = False
         self.passed_at[ids] = np.inf
         self.start_t[ids] = -1.0
         self.locality[ids] = where

@@ -41,6 +41,7 @@ class PnConfig:
     # time it has run so far (runtimes are heavy-tailed: the longer a task has run, the longer
     # it is likely to go on); planning it as about to end would advertise a busy server as free.
     overrun_factor: float = 0.1
+    revise_every_s: float = 5.0      # re-report an overrunning task's server at most this often
     # Advertise running opportunistic tasks as occupying their server: a regular task sent
     # there would preempt one (wasting its work), so JMs should prefer a server that is free.
     # The queue itself still preempts them for any regular task that arrives.
@@ -99,7 +100,6 @@ class PnState:
         self._last_matrix: tuple | None = None  # the last planned reading, kept across changes
         self._hb_due = float("inf")             # when the armed heartbeat timer fires
         self._revise_at = float("inf")          # a running task outlives its planned end then
-        self._quiet_starts: list[Attempt] = []  # started on arrival, start not yet reported
 
     # ---- event entry -------------------------------------------------------
     def handle(self, event, now: float, rng) -> list:
@@ -125,6 +125,7 @@ class PnState:
     def _on_dispatch(self, msg: Dispatch, now: float, rng) -> list:
         out: list = []
         refused = []
+        queued = []
         cfg = self.cfg
         for spec in msg.tasks:
             if not (0 < spec.cpu <= cfg.cores + 1e-9 and 0 < spec.mem_gb <= cfg.mem_gb + 1e-9):
@@ -136,17 +137,18 @@ class PnState:
             if spec.opportunistic:
                 self.opp_queue.append(a)
             elif not self.queue and spec.cpu <= self.free_cpu + 1e-9 and spec.mem_gb <= self.free_mem + 1e-9:
-                # Fast path: nothing ahead of it. Its start is reported with the next heartbeat if
-                # it is still running then (most short tasks end first and report only once).
-                self._start(a, now, out, report=False)
-                self._quiet_starts.append(a)
+                self._start(a, now, out, report=False)   # fast path: nothing ahead of it
                 continue
             else:
                 self.queue.append(a)
+                # The JM hears which tasks had to queue (a task that started on arrival reports
+                # only when it ends), so it can tell a task stuck in a queue from a running one.
+                queued.append(TaskReport(spec.job_id, spec.task, spec.attempt, int(TaskState.DISPATCHED),
+                                         now, 0.0, 0, "queued"))
         self._matrix = None
         reports: dict[int, list] = {}
-        if refused:
-            reports[msg.job_id] = refused
+        if refused or queued:
+            reports[msg.job_id] = refused + queued
         self._run_queues(now, rng, out, reports)
         self._emit_reports(now, out, reports)
         return out
@@ -367,26 +369,12 @@ class PnState:
         """Report to the RM, then stay quiet until something changes, a running task outlives
         its planned end (the reading would be wrong from then on) or liveness is due."""
         matrix = self.matrix(now)
-        quiet = min(self.cfg.liveness_s, max(self._revise_at - now, self.cfg.heartbeat_s))
+        quiet = min(self.cfg.liveness_s, max(self._revise_at - now, self.cfg.revise_every_s))
         self._hb_due = now + quiet
-        out = [Send(self.cfg.rm, Heartbeat(self.server, self.boot_time, now, matrix,
-                                           len(self.running), len(self.queue) + len(self.opp_queue),
-                                           self.free_cpu)),
-               SetTimer(quiet, "hb")]
-        if self._quiet_starts:
-            # JMs tell a task queued too long from one that started, so report the starts of
-            # tasks that began on arrival and are still running.
-            reports: dict[int, list] = {}
-            running = self.running
-            for a in self._quiet_starts:
-                s = a.spec
-                if running.get(s.key) is a:
-                    reports.setdefault(s.job_id, []).append(
-                        TaskReport(s.job_id, s.task, s.attempt, int(a.state), a.started_at, 0.0, 0, ""))
-            self._quiet_starts = []
-            for job_id, reps in reports.items():
-                out.append(Send(f"jm:{job_id}", StatusBatch(job_id, self.server, reps, matrix, now)))
-        return out
+        return [Send(self.cfg.rm, Heartbeat(self.server, self.boot_time, now, matrix,
+                                            len(self.running), len(self.queue) + len(self.opp_queue),
+                                            self.free_cpu)),
+                SetTimer(quiet, "hb")]
 
     def _emit_reports(self, now: float, out: list, reports: dict) -> None:
         # Every handler that changes the queues ends here: make sure the RM hears soon.

@@ -145,13 +145,8 @@ def test_a_task_past_its_estimate_is_planned_to_run_on_and_reported_again():
     assert w == pytest.approx(p.cfg.overrun_factor * 20.0, abs=0.01)
 
 
-def test_start_on_arrival_is_reported_at_the_next_heartbeat_if_still_running():
-    p = pn()
-    out = p.handle(Dispatch(1, [task(t=0), task(t=1, est=0.5, dur=0.5)]), 0.0, Rng())
-    assert not [e for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)]
-    p.handle(TaskExited((1, 1, 1), True, 0, ""), 0.5, Rng())   # task 1 is over before the heartbeat
-    out = p.handle(Timer("hb"), 1.0, Rng())
+def test_tasks_that_must_queue_are_reported_queued():
+    p = pn(cores=1.0)
+    out = p.handle(Dispatch(1, [task(t=0), task(t=1)]), 0.0, Rng())
     sb = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)]
-    assert len(sb) == 1 and [(r.task, r.state) for r in sb[0].reports] == [(0, int(TaskState.RUNNING))]
-    out = p.handle(Timer("hb"), 2.0, Rng())                     # reported once
-    assert not [e for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)]
+    assert len(sb) == 1 and [(r.task, r.state) for r in sb[0].reports] == [(1, int(TaskState.DISPATCHED))]
