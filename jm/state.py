@@ -46,7 +46,7 @@ class JmConfig:
     mem_grid: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0)
     max_batch: int = 2000
     # Apollo matches up to this many ready tasks per free token and dispatches the best
-    # matches (lowest wait first): with tokens freeing one at a time, this is what lets the
+    # matches (least time lost first): with tokens freeing one at a time, this is what lets the
     # JM pick the task whose data sits on the server that just freed up, rather than the next
     # task in line wherever it can go. 1 = match only as many tasks as there are tokens.
     lookahead: int = 8
@@ -424,8 +424,8 @@ class JmState:
                 blocked = True
                 break
             placed = ids[ok]
-            # Dispatch in order of quality: the soonest expected start of computing (queue wait
-            # plus reading the input at the locality the match got) gets the tokens first.
+            # Dispatch in order of quality while tokens last: least time lost for Apollo's
+            # lookahead, else lowest expected wait first.
             order = self._quality_order(placed, wait[ok], where[ok], now) if cfg.lookahead > 1 and \
                 cfg.policy == "apollo" else np.argsort(wait[ok], kind="stable")
             placed, psrv = placed[order], servers[ok][order]
