@@ -438,3 +438,12 @@ class UpgradeTask(Message):
     job_id: int
     task: int
     attempt: int
+
+
+@message(14, job_id=NAT, task=NAT, attempt=NAT)
+class ProbeTask(Message):
+    """JM -> PN: where is this attempt? (answered with a StatusBatch: queued, running, or READY
+    with detail "unknown attempt" when the PN never got it or no longer has it)."""
+    job_id: int
+    task: int
+    attempt: int

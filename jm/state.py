@@ -20,7 +20,7 @@ from apollo.cluster import REMOTE, IoModel, Topology
 from apollo.effects import Log, Send, SetTimer, Timer
 from apollo.lifecycle import TaskState, step
 from apollo.messages import (CancelJob, Dispatch, JobDemand, JobDone, KillTask, StatusBatch,
-                             TaskSpec, TokenGrant, UpgradeTask)
+                             ProbeTask, TaskSpec, TokenGrant, UpgradeTask)
 from apollo.spec import JobSpec
 from pn.state import shape_index
 
@@ -63,6 +63,10 @@ class JmConfig:
     # and placed again on the fresher view. <= 0: never.
     overdue_factor: float = 2.0
     overdue_slack_s: float = 5.0
+    # Watchdog (every policy): an attempt not heard of for 2 x (expected wait + runtime) plus
+    # this is probed at its server; one the server does not know (a lost Dispatch, or a report
+    # lost with a connection) is placed again. <= 0: never.
+    probe_slack_s: float = 30.0
     max_batches_per_pass: int = 64
     max_rounds: int = 64
     per_rack: int = 2
@@ -153,6 +157,8 @@ class JmState:
         self.passed_at = np.full(n, np.inf)     # when lookahead first passed the task over
         self.exp_wait = np.zeros(n)             # queue wait expected when the task was sent
         self.queued_seen = np.zeros(n, dtype=bool)   # the server reported the attempt queued
+        self.last_heard = np.zeros(n)           # the attempt's last report (or its dispatch)
+        self.est_sent = np.zeros(n)             # runtime (with I/O) expected when it was sent
         self._watch_at = np.inf                 # no queued task can be overdue before then
         self.locality = np.full(n, REMOTE, dtype=np.int8)
         self.used_tokens = 0.0
@@ -219,16 +225,34 @@ class JmState:
         return self._has_ready() or self._demand() != self._last_demand or now >= self._watch_at
 
     def _deadlines(self, ids: np.ndarray) -> np.ndarray:
+        """When a task reported queued counts as overdue (a move)."""
         cfg = self.cfg
         return self.dispatch_t[ids] + cfg.overdue_factor * self.exp_wait[ids] + cfg.overdue_slack_s
 
-    def _withdraw_overdue(self, now: float, out: list) -> None:
-        """Move tasks whose queue wait turned out much worse than expected (see JmConfig)."""
-        queued = np.flatnonzero((self.state == DISPATCHED) & self.queued_seen)
-        due = self._deadlines(queued)
-        late = due <= now
-        self._watch_at = float(due[~late].min()) if (~late).any() else np.inf
-        for t in queued[late].tolist():
+    def _silence_limits(self, ids: np.ndarray) -> np.ndarray:
+        """When an attempt not heard of since is probed."""
+        return self.last_heard[ids] + 2.0 * (self.exp_wait[ids] + self.est_sent[ids]) + self.cfg.probe_slack_s
+
+    def _check_active(self, now: float, out: list) -> None:
+        """Move tasks whose queue wait turned out much worse than expected, probe attempts not
+        heard of for too long (see JmConfig); note when the next check is due."""
+        cfg = self.cfg
+        st = self.state
+        act = np.flatnonzero((st == DISPATCHED) | (st == RUNNING))
+        inf = np.full(len(act), np.inf)
+        moves = cfg.policy == "apollo" and cfg.overdue_slack_s > 0
+        move_due = np.where(self.queued_seen[act] & (st[act] == DISPATCHED), self._deadlines(act), inf) \
+            if moves else inf
+        probe_due = self._silence_limits(act) if cfg.probe_slack_s > 0 else inf
+        late_move = move_due <= now
+        late_probe = (probe_due <= now) & ~late_move
+        for t in act[late_probe].tolist():
+            out.append(Send(f"pn:{int(self.server[t])}", ProbeTask(self.job_id, t, int(self.attempt[t]))))
+        self.last_heard[act[late_probe]] = now
+        rest = ~late_move
+        nxt = np.minimum(move_due[rest], self._silence_limits(act[rest]) if cfg.probe_slack_s > 0 else inf[rest])
+        self._watch_at = float(nxt.min()) if len(nxt) else np.inf
+        for t in act[late_move].tolist():
             out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
             self._attempt_over(t, now, out, "requeue", "overdue in queue", blame=False, outcome="moved")
 
@@ -248,7 +272,7 @@ class JmState:
                 if self.finished:
                     return out
         if now >= self._watch_at:
-            self._withdraw_overdue(now, out)
+            self._check_active(now, out)
         self._schedule(now, rng, out)
         demand = self._demand()
         if demand != self._last_demand:
@@ -272,6 +296,7 @@ class JmState:
             if cur != DISPATCHED and cur != RUNNING:
                 continue
             rs = r.state
+            self.last_heard[t] = now
             if rs == DISPATCHED:       # it had to queue there
                 if cur == DISPATCHED and self.cfg.policy == "apollo" and self.cfg.overdue_slack_s > 0:
                     self.queued_seen[t] = True
@@ -288,9 +313,10 @@ class JmState:
                 self._attempt_over(t, now, out, "fail", r.detail or f"exit code {r.exit_code}",
                                    blame=True, t_end=r.t_end)
                 changed = True
-            elif rs == READY:      # preempted (opportunistic) or refused: no fault of the task
+            elif rs == READY:      # preempted, refused, or unknown there: no fault of the task
                 self.start_t[t] = r.t_start
-                self._attempt_over(t, now, out, "requeue", r.detail, blame=False, t_end=r.t_end)
+                self._attempt_over(t, now, out, "requeue", r.detail, blame=False, t_end=r.t_end,
+                                   outcome="lost" if r.detail == "unknown attempt" else "")
                 changed = True
             if self.finished:
                 return
@@ -669,6 +695,7 @@ class JmState:
         self.dispatch_t[ids] = now
         self.exp_wait[ids] = wait[:n]
         self.queued_seen[ids] = False
+        self.last_heard[ids] = now
         self.passed_at[ids] = np.inf
         self.start_t[ids] = -1.0
         self.locality[ids] = where
@@ -686,6 +713,9 @@ class JmState:
                     local = ids[mk] - st.offset
                     est_rt[mk] = st.est_runtime + cfg.io.init_s + st.in_bytes[local] / bw[where[mk]]
         self.view.record_dispatches(srv, est_rt * cpu / cores, cpu, now)
+        self.est_sent[ids] = est_rt
+        if cfg.probe_slack_s > 0:
+            self._watch_at = min(self._watch_at, float(self._silence_limits(ids).min()))
         by_server: dict[int, list] = {}
         job_id = self.job_id
         opp = [False] * n_reg + [True] * (n - n_reg)

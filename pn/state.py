@@ -16,7 +16,8 @@ import numpy as np
 
 from apollo.effects import Kill, Launch, Log, Send, SetTimer, Start, TaskExited, Timer
 from apollo.lifecycle import TaskState, step
-from apollo.messages import Dispatch, Heartbeat, KillTask, StatusBatch, TaskReport, TaskSpec, UpgradeTask
+from apollo.messages import (Dispatch, Heartbeat, KillTask, ProbeTask, StatusBatch, TaskReport, TaskSpec,
+                             UpgradeTask)
 
 from .queue import Profile
 
@@ -116,6 +117,8 @@ class PnState:
             return self._on_kill(event, now, rng)
         if t is UpgradeTask:
             return self._on_upgrade(event, now, rng)
+        if t is ProbeTask:
+            return self._on_probe(event, now)
         if t is Start:
             self.boot_time = now
             return self._heartbeat(now)
@@ -213,6 +216,21 @@ class PnState:
         reports = {msg.job_id: [TaskReport(*key, int(a.state), a.started_at, now, -1, "killed")]}
         self._run_queues(now, rng, out, reports)
         self._emit_reports(now, out, reports)
+        return out
+
+    def _on_probe(self, msg: ProbeTask, now: float) -> list:
+        """A JM has not heard of an attempt for long: say where it is (a lost Dispatch or a lost
+        report would otherwise leave it waiting forever)."""
+        key = (msg.job_id, msg.task, msg.attempt)
+        a = self.running.get(key)
+        if a is None:
+            a = next((x for q in (self.queue, self.opp_queue) for x in q if x.spec.key == key), None)
+        if a is None:
+            rep = TaskReport(*key, int(TaskState.READY), now, now, -1, "unknown attempt")
+        else:
+            rep = TaskReport(*key, int(a.state), a.started_at if a.started_at >= 0 else now, 0.0, 0, "probed")
+        out: list = []
+        self._emit_reports(now, out, {msg.job_id: [rep]})
         return out
 
     def _on_upgrade(self, msg: UpgradeTask, now: float, rng) -> list:

@@ -269,3 +269,41 @@ def test_apollo_defers_rather_than_queue_behind_a_long_wait_when_a_server_is_idl
     j2 = JmState(2, spec, 1, 0.0, JmConfig(topology=TOPO), v)
     out = j2.start(0.0, Rng())
     assert len(dispatched(out)) == 1
+
+
+def test_an_attempt_not_heard_of_is_probed_and_placed_again_if_its_server_lost_it():
+    from apollo.messages import ProbeTask
+    from pn.state import PnConfig, PnState
+    spec = JobSpec("m", [StageSpec("map", 1, np.full(1, 2.0))])
+    j, out = jm(spec, policy="greedy")
+    (to, t), = dispatched(out)                     # ... and this Dispatch is lost
+    limit = float(j._silence_limits(np.array([0]))[0])
+    assert not [e for e in j.on_view(limit - 1.0, Rng()) if isinstance(e, Send) and isinstance(e.msg, ProbeTask)]
+    out = j.on_view(limit, Rng())
+    probes = [e for e in out if isinstance(e, Send) and isinstance(e.msg, ProbeTask)]
+    assert [(p.to, p.msg.task, p.msg.attempt) for p in probes] == [(to, 0, 1)]
+    # The server never got it: it says so, and the task goes out again.
+    pn = PnState(int(to[3:]), PnConfig())
+    answer = [e.msg for e in pn.handle(probes[0].msg, limit, Rng()) if isinstance(e, Send) and e.to == "jm:1"]
+    assert answer[0].reports[0].state == int(TaskState.READY)
+    out = j.handle(answer[0], limit, Rng())
+    assert [t.attempt for _, t in dispatched(out)] == [2]
+    j.validate()
+
+
+def test_a_probed_attempt_that_is_running_stays():
+    from apollo.effects import Start
+    from apollo.messages import ProbeTask
+    from pn.state import PnConfig, PnState
+    spec = JobSpec("m", [StageSpec("map", 1, np.full(1, 2.0))])
+    j, out = jm(spec, policy="greedy")
+    (to, task), = dispatched(out)
+    pn = PnState(int(to[3:]), PnConfig())
+    pn.handle(Start(), 0.0, Rng())
+    pn.handle(Dispatch(1, [task]), 0.0, Rng())      # started on arrival: no report yet
+    limit = float(j._silence_limits(np.array([0]))[0])
+    probe = next(e.msg for e in j.on_view(limit, Rng()) if isinstance(e, Send) and isinstance(e.msg, ProbeTask))
+    answer = next(e.msg for e in pn.handle(probe, limit, Rng()) if isinstance(e, Send) and e.to == "jm:1")
+    out = j.handle(answer, limit, Rng())
+    assert j.state[0] == TaskState.RUNNING and not dispatched(out)
+    assert j._watch_at > limit                      # next probe only after another quiet period
