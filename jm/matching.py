@@ -10,7 +10,9 @@ proposals keeps the task with the largest *saving* (how much worse off the
 task would be at its best other option) and rejects the rest; rejected tasks
 propose again. Savings are fixed per (task, server), so the result is stable:
 no task prefers a server whose kept task has a smaller saving there. Each
-server gets at most one task per batch; ``max_rounds`` bounds the work.
+server gets at most one task per batch (``capacity`` tasks, for pipelined short tasks: the
+hospitals/residents form, where a server keeps its ``capacity`` proposals with the largest
+savings); ``max_rounds`` bounds the work.
 """
 from __future__ import annotations
 
@@ -45,8 +47,8 @@ def savings(cost: np.ndarray, defer: np.ndarray | None = None) -> np.ndarray:
 
 
 def stable_match(cand: np.ndarray, cost: np.ndarray, max_rounds: int = 32,
-                 defer: np.ndarray | None = None) -> np.ndarray:
-    """Server per task (UNMATCHED if none this batch).
+                 defer: np.ndarray | None = None, capacity: int = 1) -> np.ndarray:
+    """Server per task (UNMATCHED if none this batch); each server takes up to ``capacity``.
 
     ``defer[b]`` (optional) is what task b expects to pay by waiting for the next
     batch instead: it never proposes to a server costing more than that, and its
@@ -82,6 +84,10 @@ def stable_match(cand: np.ndarray, cost: np.ndarray, max_rounds: int = 32,
         first = np.empty(len(o), dtype=bool)
         first[0] = True
         np.not_equal(Ss[1:], Ss[:-1], out=first[1:])
+        if capacity > 1:        # keep each server's first ``capacity`` (rank within its group)
+            pos = np.arange(len(o))
+            rank = pos - np.maximum.accumulate(np.where(first, pos, 0))
+            first = rank < capacity
         win = o[first]
         lose = T[o[~first]]
         match[lose] = -1
@@ -113,18 +119,18 @@ def greedy_match(cand: np.ndarray, cost: np.ndarray, load: np.ndarray | None = N
 
 
 def is_stable(cand: np.ndarray, cost: np.ndarray, assigned: np.ndarray,
-              defer: np.ndarray | None = None) -> bool:
-    """No blocking pair: a task that prefers a server over its match, where the server's
-    kept task has a strictly smaller saving (or the server is free and was never taken)."""
+              defer: np.ndarray | None = None, capacity: int = 1) -> bool:
+    """No blocking pair: a task that prefers a server over its match, where the server has a
+    slot left, or holds a task with a strictly smaller saving."""
     if defer is not None:
         cost = np.where(cost <= defer[:, None], cost, np.inf)
     sav = savings(cost, defer)
     B, K = cost.shape
-    holder_sav: dict[int, float] = {}
+    held: dict[int, list[float]] = {}
     for b in range(B):
         if assigned[b] != UNMATCHED:
             k = int(np.flatnonzero(cand[b] == assigned[b])[0])
-            holder_sav[int(assigned[b])] = float(sav[b, k])
+            held.setdefault(int(assigned[b]), []).append(float(sav[b, k]))
     for b in range(B):
         mine = np.inf
         if assigned[b] != UNMATCHED:
@@ -132,7 +138,7 @@ def is_stable(cand: np.ndarray, cost: np.ndarray, assigned: np.ndarray,
         for k in range(K):
             if not np.isfinite(cost[b, k]) or cost[b, k] >= mine:
                 continue
-            s = int(cand[b, k])
-            if s not in holder_sav or holder_sav[s] < sav[b, k]:
+            kept = held.get(int(cand[b, k]), [])
+            if len(kept) < capacity or min(kept) < sav[b, k]:
                 return False
     return True

@@ -67,6 +67,13 @@ class JmConfig:
     # this is probed at its server; one the server does not know (a lost Dispatch, or a report
     # lost with a connection) is placed again. <= 0: never.
     probe_slack_s: float = 30.0
+    # Pipelining (Apollo): a token may keep short tasks queued at a server behind the one it
+    # runs, up to pipeline_s of expected work per token (at most max_pipeline tasks), so the
+    # next task starts the moment the last one ends instead of a JM round trip later (Ray
+    # pipelines tasks to a leased worker the same way). Tasks longer than pipeline_s get one
+    # task per token, as before. <= 0: never.
+    pipeline_s: float = 0.05
+    max_pipeline: int = 32
     max_batches_per_pass: int = 64
     max_rounds: int = 64
     per_rack: int = 2
@@ -87,7 +94,8 @@ class JmConfig:
 
 class Stage:
     __slots__ = ("index", "spec", "offset", "n", "parents", "children", "remaining", "est_runtime",
-                 "obs_n", "obs_sum", "reps", "in_bytes", "shape", "priority", "ready", "released", "declared")
+                 "obs_n", "obs_sum", "reps", "in_bytes", "shape", "priority", "ready", "released", "declared",
+                 "mean_in")
 
     def __init__(self, index: int, spec, offset: int) -> None:
         self.index = index
@@ -103,6 +111,7 @@ class Stage:
         self.obs_sum = 0.0
         self.reps: np.ndarray | None = None
         self.in_bytes = spec.input_bytes if spec.input_bytes is not None else np.zeros(spec.tasks)
+        self.mean_in = float(self.in_bytes.mean()) if spec.tasks else 0.0
         self.shape = 0
         self.priority = 0.0
         self.ready: deque[int] = deque()
@@ -300,7 +309,9 @@ class JmState:
             if rs == DISPATCHED:       # it had to queue there
                 if cur == DISPATCHED and self.cfg.policy == "apollo" and self.cfg.overdue_slack_s > 0:
                     self.queued_seen[t] = True
-                    self._watch_at = min(self._watch_at, float(self._deadlines(np.array([t]))[0]))
+                    due = float(self.dispatch_t[t]) + self.cfg.overdue_factor * float(self.exp_wait[t]) \
+                        + self.cfg.overdue_slack_s        # _deadlines, for one task
+                    self._watch_at = min(self._watch_at, due)
             elif rs == RUNNING:
                 self.state[t] = step(int(cur), "start")
                 self.start_t[t] = r.t_start
@@ -429,11 +440,18 @@ class JmState:
         blocked = False
         if self.outstanding_opp > 0 and self.tokens - self.used_tokens >= 1:
             self._upgrade(now, out)
-        # Stable matching places at most one task per server per batch: a batch larger than the
-        # live servers would only cost rows that are pushed back unmatched.
-        cap = cfg.max_batch if cfg.policy != "apollo" else min(cfg.max_batch, max(1, int(self.view.alive.sum())))
+        depth = max((self._depth(st) for st in self.stages if st.ready), default=1)
+        if depth > 1 and self.used_tokens > self.tokens * depth / 2 and not self.outstanding_opp:
+            # Pipelined short tasks: refill once half the pipeline has drained, not after every
+            # report. The servers still hold half of it queued meanwhile, so none goes idle,
+            # and a pass places many tasks instead of one or two.
+            return
+        # Stable matching places at most one task per server slot per batch (one slot, or
+        # ``depth`` for pipelined tasks): a larger batch would only cost rows pushed back unmatched.
+        cap = cfg.max_batch if cfg.policy != "apollo" else \
+            min(cfg.max_batch, max(1, int(self.view.alive.sum())) * depth)
         for _ in range(cfg.max_batches_per_pass):
-            reg_room = self.tokens - self.used_tokens
+            reg_room = self.tokens * depth - self.used_tokens
             opp_room = (cfg.opportunistic_factor * max(self.tokens, 1) - self.outstanding_opp) if allow_opp else 0.0
             room = int(max(reg_room, 0) + max(opp_room, 0))
             if room <= 0:
@@ -455,8 +473,7 @@ class JmState:
             order = self._quality_order(placed, wait[ok], where[ok], now) if cfg.lookahead > 1 and \
                 cfg.policy == "apollo" else np.argsort(wait[ok], kind="stable")
             placed, psrv = placed[order], servers[ok][order]
-            n_placed = self._dispatch(placed, psrv, wait[ok][order], where[ok][order], now, reg_room,
-                                      opp_room, out)
+            n_placed = self._dispatch(placed, psrv, wait[ok][order], where[ok][order], now, opp_room, out)
             if n_placed < len(batch):    # the rest go back in their priority order
                 sent = set(placed[:n_placed].tolist())
                 rest = [t for t in batch if t not in sent]
@@ -515,6 +532,17 @@ class JmState:
     def _has_ready(self) -> bool:
         return any(st.ready for st in self.stages)
 
+    def _depth(self, st: Stage) -> int:
+        """Tasks of ``st`` one token may have in flight: 1, or more for pipelined short tasks
+        (JmConfig.pipeline_s), by the stage's expected time per task with a node-local read."""
+        cfg = self.cfg
+        if cfg.policy != "apollo" or cfg.pipeline_s <= 0:
+            return 1
+        per_task = st.est_runtime + cfg.io.init_s + st.mean_in / self._bw[0]
+        if per_task >= cfg.pipeline_s:
+            return 1
+        return int(min(cfg.max_pipeline, 1 + cfg.pipeline_s // max(per_task, 1e-6)))
+
     def _place(self, ids: np.ndarray, now: float, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Server per task (UNMATCHED: not this pass), the expected wait and the locality there."""
         cfg = self.cfg
@@ -544,20 +572,27 @@ class JmState:
             doubt = ec.stale_penalty * min(max(now - view.time, 0.0), ec.max_stale_s)
             C[E > (cfg.io.init_s + in_bytes / self._bw[REMOTE] + runtime + cfg.defer_s + doubt)[:, None]] = np.inf
         if cfg.policy == "apollo":
-            # When every task's cheapest server is a different one, deferred acceptance ends in
-            # its first round with each task holding its first proposal: that is the stable
-            # matching, and needs no rounds (always so for a batch of one task).
+            # Pipelined short tasks: a server takes up to ``depth`` of them per batch (what they
+            # add to each other's wait there is at most pipeline_s); anything else, one.
+            if len(self.stages) == 1:
+                cap = self._depth(self.stages[0])
+            else:
+                cap = int(np.array([self._depth(st) for st in self.stages])[sidx].min())
+            # When no server is the cheapest of more tasks than it takes, deferred acceptance
+            # ends in its first round with each task holding its first proposal: that is the
+            # stable matching, and needs no rounds (always so for a batch of one task).
             rows = np.arange(B)
             best = C.argmin(axis=1)             # the first cheapest, as a stable argsort's
             srv = cand[rows, best]
             fin = np.isfinite(C[rows, best])
             pick = srv[fin]
-            if cfg.max_rounds >= 1 and (len(pick) <= 1 or len(np.unique(pick)) == len(pick)):
+            if cfg.max_rounds >= 1 and (len(pick) <= 1 or (
+                    len(np.unique(pick)) == len(pick) if cap == 1 else np.unique(pick, return_counts=True)[1].max() <= cap)):
                 srv = np.where(fin, srv, UNMATCHED)
                 wait = np.where(fin, W[rows, best], 0.0)
                 where = np.where(fin, loc[rows, best], REMOTE)
                 return srv, wait, where
-            srv = stable_match(cand, C, cfg.max_rounds)
+            srv = stable_match(cand, C, cfg.max_rounds, capacity=cap)
         else:  # greedy: each task in priority order, its earliest completion, updating as it goes
             srv = greedy_match(cand, C, load=runtime * cpu / topo.cores)
         wait = np.zeros(B)
@@ -644,7 +679,7 @@ class JmState:
         return Free()
 
     def _dispatch(self, ids: np.ndarray, srv: np.ndarray, wait: np.ndarray, where: np.ndarray, now: float,
-                  reg_room: float, opp_room: float, out: list) -> int:
+                  opp_room: float, out: list) -> int:
         """Send placed tasks (in quality order) while tokens last, then as opportunistic tasks
         to servers expected to be idle now; returns how many of ``ids`` went out (a prefix)."""
         cfg = self.cfg
@@ -653,12 +688,21 @@ class JmState:
         single = len(stages) == 1
         m = len(ids)
         cpu = np.full(m, stages[0].spec.cpu) if single else self._cpu_of[self.stage_of[ids]]
-        # Regular while the tokens last, then opportunistic while the allowance lasts and the
-        # server is idle; the batch stops at the first task that is neither.
+        # Regular while the tokens last (times the task's pipelining depth), then opportunistic
+        # while the allowance lasts and the server is idle; the batch stops at the first task
+        # that is neither.
+        free = self.tokens - self.used_tokens
+        if single:
+            extra = self.tokens * (self._depth(stages[0]) - 1)
+        else:
+            depth = np.array([self._depth(st) for st in stages])
+            extra = self.tokens * (depth[self.stage_of[ids]] - 1)
+        reg_room = free + extra        # a scalar, or per task
         if m <= 64:   # the same prefixes as the numpy form below, without its per-call cost
             cpu_l = cpu.tolist()
-            acc, n_reg, lim = 0.0, 0, reg_room + 1e-9
-            for x in cpu_l:
+            lims = [reg_room + 1e-9] * m if single else (reg_room + 1e-9).tolist()
+            acc, n_reg = 0.0, 0
+            for x, lim in zip(cpu_l, lims):
                 acc += x
                 if acc > lim:
                     break

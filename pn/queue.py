@@ -48,11 +48,12 @@ class Profile:
         self.mem.insert(i + 1, self.mem[i])
         return i + 1
 
-    def earliest_fit(self, c: float, m: float, duration: float) -> float:
-        """Earliest breakpoint time at which (c, m) stays free for ``duration``."""
+    def earliest_fit(self, c: float, m: float, duration: float, not_before: float | None = None) -> float:
+        """Earliest breakpoint time at which (c, m) stays free for ``duration``; the search starts
+        at the breakpoint ``not_before`` (a time known to be no later than the answer)."""
         times, cpu, mem = self.times, self.cpu, self.mem
         n = len(times)
-        k = 0
+        k = 0 if not_before is None else max(bisect.bisect_right(times, not_before) - 1, 0)
         eps = 1e-9
         while k < n:
             if cpu[k] + eps < c or mem[k] + eps < m:

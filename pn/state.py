@@ -38,11 +38,19 @@ class PnConfig:
     # queued there, so with short tasks an old reading makes a server that just drained look
     # busy; the live cluster, whose PNs have time to plan, asks for fresh readings.
     fresh_reports: bool = False
+    # ...but a reading planned less than this long ago is fresh enough (planning walks the whole
+    # queue; a deep queue of short tasks would re-plan on every report).
+    replan_after_s: float = 0.005
     # A running task past its runtime estimate is expected to run on for this fraction of the
     # time it has run so far (runtimes are heavy-tailed: the longer a task has run, the longer
     # it is likely to go on); planning it as about to end would advertise a busy server as free.
     overrun_factor: float = 0.1
     revise_every_s: float = 5.0      # re-report an overrunning task's server at most this often
+    # A regular task still queued this long after it arrived is reported queued (a JM moves a
+    # task only once it knows the task is stuck in a queue, never a running one); a task that
+    # starts sooner reports only when it ends, like one that started on arrival. This keeps a
+    # deep queue of short tasks from costing three reports each. Far below the JMs' move slack.
+    queued_report_s: float = 1.0
     # Advertise running opportunistic tasks as occupying their server: a regular task sent
     # there would preempt one (wasting its work), so JMs should prefer a server that is free.
     # The queue itself still preempts them for any regular task that arrives.
@@ -56,6 +64,7 @@ class Attempt:
     state: TaskState
     queued_at: float
     started_at: float = -1.0
+    reported: bool = False           # its JM was told it is queued (so is told when it starts)
 
 
 def _regular(s: TaskSpec) -> TaskSpec:
@@ -101,6 +110,7 @@ class PnState:
         self._last_matrix: tuple | None = None  # the last planned reading, kept across changes
         self._hb_due = float("inf")             # when the armed heartbeat timer fires
         self._revise_at = float("inf")          # a running task outlives its planned end then
+        self._queued_due = float("inf")         # when the armed "queued" report timer fires
 
     # ---- event entry -------------------------------------------------------
     def handle(self, event, now: float, rng) -> list:
@@ -112,7 +122,7 @@ class PnState:
         if t is list:
             return self._on_exits(event, now, rng)
         if t is Timer:
-            return self._heartbeat(now)
+            return self._report_queued(now) if event.key == "queued" else self._heartbeat(now)
         if t is KillTask:
             return self._on_kill(event, now, rng)
         if t is UpgradeTask:
@@ -128,7 +138,6 @@ class PnState:
     def _on_dispatch(self, msg: Dispatch, now: float, rng) -> list:
         out: list = []
         refused = []
-        queued = []
         cfg = self.cfg
         for spec in msg.tasks:
             if not (0 < spec.cpu <= cfg.cores + 1e-9 and 0 < spec.mem_gb <= cfg.mem_gb + 1e-9):
@@ -144,14 +153,11 @@ class PnState:
                 continue
             else:
                 self.queue.append(a)
-                # The JM hears which tasks had to queue (a task that started on arrival reports
-                # only when it ends), so it can tell a task stuck in a queue from a running one.
-                queued.append(TaskReport(spec.job_id, spec.task, spec.attempt, int(TaskState.DISPATCHED),
-                                         now, 0.0, 0, "queued"))
+                self._arm_queued_report(now, out)
         self._matrix = None
         reports: dict[int, list] = {}
-        if refused or queued:
-            reports[msg.job_id] = refused + queued
+        if refused:
+            reports[msg.job_id] = refused
         self._run_queues(now, rng, out, reports)
         self._emit_reports(now, out, reports)
         return out
@@ -233,6 +239,36 @@ class PnState:
         self._emit_reports(now, out, {msg.job_id: [rep]})
         return out
 
+    def _arm_queued_report(self, now: float, out: list) -> None:
+        if self._queued_due == float("inf"):
+            self._queued_due = now + self.cfg.queued_report_s
+            out.append(SetTimer(self.cfg.queued_report_s, "queued"))
+
+    def _report_queued(self, now: float) -> list:
+        """Tell JMs which of their tasks are still queued queued_report_s after arriving (so they
+        can tell a task stuck in a queue from a running one); re-arm for the next such task."""
+        self._queued_due = float("inf")
+        wait = self.cfg.queued_report_s
+        reports: dict[int, list] = {}
+        nxt = float("inf")
+        for a in self.queue:
+            if a.reported:
+                continue
+            if a.queued_at + wait <= now + 1e-9:
+                a.reported = True
+                s = a.spec
+                reports.setdefault(s.job_id, []).append(
+                    TaskReport(s.job_id, s.task, s.attempt, int(TaskState.DISPATCHED), now, 0.0, 0, "queued"))
+            else:
+                nxt = min(nxt, a.queued_at + wait)
+        out: list = []
+        if nxt < float("inf"):
+            self._queued_due = nxt
+            out.append(SetTimer(nxt - now, "queued"))
+        if reports:
+            self._emit_reports(now, out, reports)
+        return out
+
     def _on_upgrade(self, msg: UpgradeTask, now: float, rng) -> list:
         """Make an opportunistic attempt regular: no longer preemptible; if still waiting it
         joins the regular FIFO queue."""
@@ -248,6 +284,7 @@ class PnState:
                 x.spec = _regular(x.spec)
                 self.queue.append(x)
                 out: list = []
+                self._arm_queued_report(now, out)
                 reports: dict = {}
                 self._matrix = None
                 self._run_queues(now, rng, out, reports)
@@ -265,7 +302,10 @@ class PnState:
         self.free_mem -= s.mem_gb
         self._matrix = None
         out.append(Launch(s, s.locality))
-        if report and reports is not None:
+        # A regular task's JM hears of its start only if it heard it was queued (see
+        # PnConfig.queued_report_s); an opportunistic one's always (its JM upgrades running
+        # ones first).
+        if report and (a.reported or s.opportunistic) and reports is not None:
             reports.setdefault(s.job_id, []).append(
                 TaskReport(s.job_id, s.task, s.attempt, int(a.state), now, 0.0, 0, ""))
 
@@ -296,16 +336,47 @@ class PnState:
     def _plan(self, now: float, include_opportunistic: bool = False) -> tuple[Profile, list[float]]:
         prof = self._profile(now, include_opportunistic)
         starts = []
+        inf = float("inf")
+        pc = pm = pd = inf        # the last planned task's shape, runtime and start
+        pt = None
         for a in self.queue:
             s = a.spec
-            t = prof.earliest_fit(s.cpu, s.mem_gb, s.est_runtime_s)
+            c, m, d = s.cpu, s.mem_gb, s.est_runtime_s
+            # A task at least as big and long as the one planned before it cannot start before
+            # it: free room only shrank since (queues of like tasks plan in O(n log n), not n^2).
+            after = pt if (c >= pc and m >= pm and d >= pd) else None
+            if after == inf:
+                t = inf
+            else:
+                t = prof.earliest_fit(c, m, d, after)
             starts.append(t)
-            if t < float("inf"):
-                prof.reserve(t, s.est_runtime_s, s.cpu, s.mem_gb)
+            if t < inf:
+                prof.reserve(t, d, c, m)
+            pc, pm, pd, pt = c, m, d, t
         return prof, starts
 
     def _run_queues(self, now: float, rng, out: list, reports: dict) -> None:
-        if self.queue:
+        q = self.queue
+        if q:
+            # Heads of the FIFO that fit in what is free now start now: free resources only grow
+            # from here on, so the plan would start them now too. What is left can start now
+            # only as a backfill into what is free or held by opportunistic tasks; with nothing
+            # that fits there, the plan (a walk over the whole queue) has nothing to find.
+            eps = 1e-9
+            i = 0
+            while i < len(q) and q[i].spec.cpu <= self.free_cpu + eps and q[i].spec.mem_gb <= self.free_mem + eps:
+                self._start(q[i], now, out, report=True, reports=reports)
+                i += 1
+            if i:
+                self.queue = q = q[i:]
+            fc, fm = self.free_cpu + eps, self.free_mem + eps
+            for a in self.running.values():
+                if a.spec.opportunistic:
+                    fc += a.spec.cpu
+                    fm += a.spec.mem_gb
+            if q and not any(a.spec.cpu <= fc and a.spec.mem_gb <= fm for a in q):
+                q = None
+        if q:
             _, starts = self._plan(now)
             keep = []
             for a, t in zip(self.queue, starts):
@@ -337,10 +408,10 @@ class PnState:
                 TaskReport(vs.job_id, vs.task, vs.attempt, int(v.state), v.started_at, now, -1, "preempted"))
 
     def _run_opportunistic(self, now: float, rng, out: list, reports: dict) -> None:
-        # Room now = what no regular task (running or planned to start now) holds.
-        prof, _ = self._plan(now) if self.queue else (self._profile(now, False), None)
-        room_c = min(prof.cpu[0], self.free_cpu)
-        room_m = min(prof.mem[0], self.free_mem)
+        # Room now = what no regular task (running or planned to start now) holds: the regular
+        # pass just before this started every queued task planned for now, so that is what is free.
+        room_c = self.free_cpu
+        room_m = self.free_mem
         while self.opp_queue:
             fits = [i for i, a in enumerate(self.opp_queue)
                     if a.spec.cpu <= room_c + 1e-9 and a.spec.mem_gb <= room_m + 1e-9]
@@ -404,7 +475,8 @@ class PnState:
         # Piggyback the last computed reading with its own timestamp rather than re-planning the
         # queue on every report (unless fresh_reports): the heartbeat due within heartbeat_s
         # carries a fresh one.
-        if self._matrix is None and (self._last_matrix is None or self.cfg.fresh_reports):
+        if self._matrix is None and (self._last_matrix is None or (
+                self.cfg.fresh_reports and now - self._last_matrix[1] >= self.cfg.replan_after_s)):
             self.matrix(now)
         m, t = (self._matrix, self._matrix_time) if self._matrix is not None else self._last_matrix
         for job_id, reps in reports.items():

@@ -45,6 +45,7 @@ def test_fifo_queue_then_start_on_exit_reports_running():
     out = p.handle(Dispatch(1, [task(t=1, est=5)]), 0.0, Rng())
     assert not any(isinstance(e, Launch) for e in out)
     assert len(p.queue) == 1
+    p.handle(Timer("queued"), p.cfg.queued_report_s, Rng())     # told its JM it is queued
     out = p.handle(TaskExited((1, 0, 1), True), 10.0, Rng())
     assert [e.task.key for e in out if isinstance(e, Launch)] == [(1, 1, 1)]
     batch = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)][0]
@@ -145,8 +146,29 @@ def test_a_task_past_its_estimate_is_planned_to_run_on_and_reported_again():
     assert w == pytest.approx(p.cfg.overrun_factor * 20.0, abs=0.01)
 
 
-def test_tasks_that_must_queue_are_reported_queued():
+def test_tasks_still_queued_after_a_while_are_reported_queued():
     p = pn(cores=1.0)
-    out = p.handle(Dispatch(1, [task(t=0), task(t=1)]), 0.0, Rng())
+    out = p.handle(Dispatch(1, [task(t=0, est=10), task(t=1), task(t=2)]), 0.0, Rng())
+    assert not [e for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)]
+    assert [e.delay for e in out if isinstance(e, SetTimer) and e.key == "queued"] == [p.cfg.queued_report_s]
+    later = p.handle(Dispatch(1, [task(t=3)]), 0.5, Rng())        # the timer is armed already
+    assert not [e for e in later if isinstance(e, SetTimer) and e.key == "queued"]
+    out = p.handle(Timer("queued"), 1.0, Rng())
     sb = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)]
-    assert len(sb) == 1 and [(r.task, r.state) for r in sb[0].reports] == [(1, int(TaskState.DISPATCHED))]
+    assert len(sb) == 1 and [(r.task, r.state) for r in sb[0].reports] == [(1, int(TaskState.DISPATCHED)),
+                                                                          (2, int(TaskState.DISPATCHED))]
+    assert [e.delay for e in out if isinstance(e, SetTimer) and e.key == "queued"] == [pytest.approx(0.5)]
+    out = p.handle(Timer("queued"), 1.5, Rng())
+    sb = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)]
+    assert [(r.task, r.state) for r in sb[0].reports] == [(3, int(TaskState.DISPATCHED))]
+    # A reported task's start is reported; one that starts before its report is due is not.
+    out = p.handle(TaskExited((1, 0, 1), True), 10.0, Rng())
+    sb = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)][0]
+    assert (1, int(TaskState.RUNNING)) in {(r.task, r.state) for r in sb.reports}
+    q = pn(cores=1.0)
+    q.handle(Dispatch(1, [task(t=0, est=0.1), task(t=1)]), 0.0, Rng())
+    out = q.handle(TaskExited((1, 0, 1), True), 0.1, Rng())
+    sb = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)][0]
+    assert [(r.task, r.state) for r in sb.reports] == [(0, int(TaskState.DONE))]
+    assert [e.task.key for e in out if isinstance(e, Launch)] == [(1, 1, 1)]
+    assert q.handle(Timer("queued"), 1.0, Rng()) == []
