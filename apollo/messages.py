@@ -149,7 +149,7 @@ I32 = array("i4")
 
 
 def nested(cls: type) -> Codec:
-    return (lambda v: v.to_wire(), lambda v, w: cls.from_wire(v, w))
+    return (lambda v: v.to_wire(), cls.from_wire)
 
 
 # ---- the message base -------------------------------------------------------
@@ -191,6 +191,40 @@ class Message:
             raise WireError(f"{where}.{e}") from None
 
 
+# Field checks a generated decoder inlines (a finite float: x - x is 0.0 only when x is finite).
+_INLINE = {_int: "type({x}) is int", _nonneg_int: "type({x}) is int and {x} >= 0",
+           _str: "type({x}) is str", _bool: "type({x}) is bool", _bytes: "type({x}) is bytes",
+           _float: "type({x}) is float and {x} - {x} == 0.0"}
+
+
+def _fast_decoder(cls: type) -> Callable:
+    """A decoder made for ``cls``: the plain field checks inlined, one call per other field, and
+    anything unexpected handed to the generic ``Message.from_wire``, which accepts what it
+    accepts (an int for a float) and words every error. Decoding is most of what a busy JM or
+    PN does with a message, so this is worth the generated code."""
+    n = len(cls.CODECS)
+    f = [f"f{i}" for i in range(n)]
+    ns = {"cls": cls, "slow": Message.from_wire.__func__, "WireError": WireError}
+    body = [f"if type(v) is not list or len(v) != {n}:", "    return slow(cls, v, where)",
+            f"{', '.join(f)}, = v"]
+    checks = []
+    calls = []
+    for i, (dec, name) in enumerate(zip(cls._DECODERS, cls._NAMES)):
+        if dec in _INLINE:
+            checks.append("(" + _INLINE[dec].format(x=f[i]) + ")")
+        else:
+            ns[f"d{i}"], ns[f"n{i}"] = dec, name
+            calls.append(f"    {f[i]} = d{i}({f[i]}, n{i})")
+    if checks:
+        body += [f"if not ({' and '.join(checks)}):", "    return slow(cls, v, where)"]
+    if calls:
+        body += ["try:", *calls, "except WireError:", "    return slow(cls, v, where)"]
+    body.append(f"return cls({', '.join(f)})")
+    src = "def decode(v, where=''):\n" + "\n".join("    " + line for line in body)
+    exec(compile(src, f"<decoder of {cls.__name__}>", "exec"), ns)
+    return ns["decode"]
+
+
 def message(code: int = -1, **codecs: Codec) -> Callable[[type], type]:
     """Class decorator: make a frozen slotted dataclass, attach codecs in field order, register ``code``."""
     def wrap(cls: type) -> type:
@@ -206,6 +240,7 @@ def message(code: int = -1, **codecs: Codec) -> Callable[[type], type]:
         getter = operator.attrgetter(*names)
         dc._GETTER = staticmethod(getter if len(names) > 1 else (lambda o, g=getter: (g(o),)))
         dc._ENCODERS = tuple((i, c[0]) for i, c in enumerate(dc.CODECS) if c[0] is not _ident)
+        dc.from_wire = staticmethod(_fast_decoder(dc))
         dc.CODE = code
         if code >= 0:
             if code in REGISTRY:
