@@ -119,6 +119,8 @@ class _Inbox:
         if type(event) is JobAccepted:
             self.accepted.put_nowait(event)
         elif type(event) is JobDone:
+            if event.job_id in self.finished:
+                return []        # the second copy (the JM host's and the RM's both come)
             self.finished[event.job_id] = event
             for f in self.waiters.pop(event.job_id, ()):
                 if not f.done():
@@ -146,6 +148,9 @@ class Client:
         self.rt.add_route("rm", self.info["rm"])
         self.rt.add_route("jm", next(p["address"] for p in self.info["processes"] if p["role"] == "jm"))
         await self.rt.start(listen_port=0)
+        # Connected to the JM host from the start, the JM host can tell this client that a job
+        # finished itself (the RM's copy of JobDone comes a hop later).
+        self.rt.node.connect(next(p["address"] for p in self.info["processes"] if p["role"] == "jm"))
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -179,7 +184,12 @@ class Client:
     def status(self, job_id: int) -> JobStatus | None:
         """Where a job stands (None: the cluster has no such job). Reads the cluster's folder, so
         it needs a client on the cluster's machine."""
-        return job_status(self.folder, job_id, self._tail)
+        st = job_status(self.folder, job_id, self._tail)
+        done = self.inbox.finished.get(job_id)
+        if st is not None and done is not None and st.state == "running":
+            # This client heard the job end (from the JM host) before the RM's store says so.
+            st.state, st.finished_at, st.reason = done.state, done.finished_at, done.reason
+        return st
 
     def cancel(self, job_id: int) -> None:
         self.rt.inject("rm", CancelJob(job_id))

@@ -461,6 +461,11 @@ class JobDone(Message):
     finished_at: float
     tasks_done: int
 
+    @property
+    def state(self) -> str:
+        """The job's final state as the RM stores it: done | failed | cancelled."""
+        return "done" if self.ok else ("cancelled" if self.reason == "cancelled" else "failed")
+
 
 @message(12, job_id=NAT)
 class CancelJob(Message):

@@ -74,6 +74,8 @@ class Client:
 
     def handle(self, event, now, rng):
         if type(event) is JobDone:
+            if event.job_id in self.results:
+                return []        # the second copy (the JM's and the RM's both come)
             self.results[event.job_id] = event
             self.finished += 1
         elif type(event) is JobAccepted and not event.accepted:

@@ -195,7 +195,7 @@ class RmState:
         e = self.jobs.get(msg.job_id)
         if e is None or e.state != "running":
             return []
-        e.state = "done" if msg.ok else ("cancelled" if msg.reason == "cancelled" else "failed")
+        e.state = msg.state
         self.store.finish(msg.job_id, e.state, msg.reason, now)
         del self.jobs[msg.job_id]   # the store keeps the record; memory keeps only live jobs
         self._running -= 1

@@ -424,6 +424,13 @@ class Node:
         _split_hostport(hostport)
         self._routes[address_or_prefix] = hostport
 
+    def connect(self, hostport: str) -> None:
+        """Dial ``hostport`` now (if not connected or dialling already), so that the peer learns
+        this node's addresses from its hello and can send to them without a route of its own."""
+        _split_hostport(hostport)
+        if hostport not in self._by_peer:
+            self._dial(hostport)
+
     def remove_route(self, address_or_prefix: str) -> None:
         self._routes.pop(address_or_prefix, None)
 
