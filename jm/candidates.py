@@ -15,17 +15,20 @@ def candidate_rows(reps: np.ndarray, topo: Topology, lightly_loaded: np.ndarray,
     """(cand int64[B, K], valid bool[B, K]) for tasks whose replica servers are ``reps`` (-1: none)."""
     B = len(reps)
     has = reps >= 0
+    R = reps.shape[1] * per_rack
+    # One draw for every random choice (numpy's per-call cost dominates small batches).
+    u = rng.random((B, 2 * R + n_light))
     # Servers in the replicas' racks (random members); tasks with no input get random servers.
     racks = topo.rack_of[np.maximum(reps, 0)]
     racks_rep = np.repeat(racks, per_rack, axis=1)
     size = topo.rack_size[racks_rep]
-    in_rack = topo.rack_start[racks_rep] + (rng.random(racks_rep.shape) * size).astype(np.int64)
-    anywhere = rng.integers(0, topo.servers, size=in_rack.shape)
+    in_rack = topo.rack_start[racks_rep] + (u[:, :R] * size).astype(np.int64)
+    anywhere = (u[:, R:2 * R] * topo.servers).astype(np.int64)
     in_rack = np.where(np.repeat(has, per_rack, axis=1), in_rack, anywhere)
+    pool = len(lightly_loaded) or topo.servers
+    light = (u[:, 2 * R:] * pool).astype(np.int64)
     if len(lightly_loaded):
-        light = lightly_loaded[rng.integers(0, len(lightly_loaded), size=(B, n_light))]
-    else:
-        light = rng.integers(0, topo.servers, size=(B, n_light))
+        light = lightly_loaded[light]
     cand = np.concatenate((np.where(has, reps, anywhere[:, :reps.shape[1]]), in_rack, light), axis=1)
     cand = np.sort(cand.astype(np.int64), axis=1)
     valid = np.ones(cand.shape, dtype=bool)

@@ -50,7 +50,7 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
     drained = np.maximum(wait - np.maximum(now - stamps, 0.0), 0.0)
     # PNs report on change, so a quiet server's reading stays right; what is uncertain is the
     # time since anyone vouched for it: the RM's last view, or a newer piggybacked reading.
-    age = np.clip(now - np.maximum(stamps, view.time), 0.0, cfg.max_stale_s)
+    age = np.minimum(np.maximum(now - np.maximum(stamps, view.time), 0.0), cfg.max_stale_s)
     W = drained + cfg.stale_penalty * age
     W += view.pending_wait(cand, cpu, now)   # work this host sent after the server's last reading
     E = I + W + runtime[:, None]

@@ -110,8 +110,12 @@ class Stage:
         self.obs_n = 0
         self.obs_sum = 0.0
         self.reps: np.ndarray | None = None
-        self.in_bytes = spec.input_bytes if spec.input_bytes is not None else np.zeros(spec.tasks)
-        self.mean_in = float(self.in_bytes.mean()) if spec.tasks else 0.0
+        if spec.input_bytes is None:
+            self.in_bytes = np.zeros(spec.tasks)
+            self.mean_in = 0.0
+        else:
+            self.in_bytes = spec.input_bytes
+            self.mean_in = float(self.in_bytes.mean()) if spec.tasks else 0.0
         self.shape = 0
         self.priority = 0.0
         self.ready: deque[int] = deque()
@@ -569,13 +573,15 @@ class JmState:
         C, E, W = est.costs(cand, loc, in_bytes, runtime, shape, cpu, now, view, self._fail_rate, cfg.io,
                             cfg.estimate, rng)
         C[~valid] = np.inf
-        if cfg.policy == "apollo" and cfg.defer_s > 0 and view.has_idle(now):
+        if cfg.policy == "apollo" and cfg.defer_s > 0:
             # Some server is idle, so a task whose options here all cost more than reading its
             # input remotely on an idle server (plus defer_s) should not queue: it is matched
             # again in the next batch or pass. (With no server idle, queueing is the best there is.)
             ec = cfg.estimate     # the idle server's reading is as old as the view
             doubt = ec.stale_penalty * min(max(now - view.time, 0.0), ec.max_stale_s)
-            C[E > (cfg.io.init_s + in_bytes / self._bw[REMOTE] + runtime + cfg.defer_s + doubt)[:, None]] = np.inf
+            worse = E > (cfg.io.init_s + in_bytes / self._bw[REMOTE] + runtime + cfg.defer_s + doubt)[:, None]
+            if worse.any() and view.has_idle(now):
+                C[worse] = np.inf
         if cfg.policy == "apollo":
             # Pipelined short tasks: a server takes up to ``depth`` of them per batch (what they
             # add to each other's wait there is at most pipeline_s); anything else, one.
