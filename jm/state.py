@@ -27,6 +27,7 @@ from pn.state import shape_index
 from . import estimate as est
 from .candidates import candidate_rows
 from .matching import UNMATCHED, greedy_match, stable_match
+from .single import place_one
 
 S = TaskState
 # Plain ints for the hot paths (enum attribute access is slow); same values as TaskState.
@@ -75,6 +76,9 @@ class JmConfig:
     pipeline_s: float = 0.05
     max_pipeline: int = 32
     max_batches_per_pass: int = 64
+    # Place a batch of one task in plain floats (jm.single) rather than numpy; the same answer.
+    # Off: always the vectorised path (the tests hold the two to each other).
+    single_fast_path: bool = True
     max_rounds: int = 64
     per_rack: int = 2
     retry_s: float = 0.5
@@ -159,21 +163,24 @@ class JmState:
         self._bw = config.io.bandwidths()
         self._in_bytes = np.concatenate([st.in_bytes for st in self.stages]) if self.stages else np.zeros(0)
         self.stage_of = np.repeat(np.arange(len(self.stages), dtype=np.int32), [s.n for s in self.stages])
-        self.state = np.full(n, int(S.PENDING), dtype=np.int8)
-        self.attempt = np.zeros(n, dtype=np.int32)
-        self.failures = np.zeros(n, dtype=np.int32)
+        # Per-task columns, carved out of three blocks (a JM of a small job is made in a few
+        # allocations, not fifteen: job start-up is on every job's critical path).
+        f64 = np.zeros((7, n))
+        (self.ready_t, self.dispatch_t, self.start_t, self.passed_at, self.exp_wait, self.last_heard,
+         self.est_sent) = f64
+        self.start_t[:] = -1.0
+        self.passed_at[:] = np.inf              # when lookahead first passed the task over
+        # exp_wait: queue wait expected when the task was sent; last_heard: the attempt's last
+        # report (or its dispatch); est_sent: runtime (with I/O) expected when it was sent
+        i32 = np.zeros((2, n), dtype=np.int32)
+        self.attempt, self.failures = i32
+        i8 = np.zeros((4, n), dtype=np.int8)
+        self.state, self.locality = i8[0], i8[1]
+        self.opp, self.queued_seen = i8[2].view(bool), i8[3].view(bool)   # queued_seen: reported queued
+        self.state[:] = int(S.PENDING)
+        self.locality[:] = REMOTE
         self.server = np.full(n, -1, dtype=np.int64)
-        self.opp = np.zeros(n, dtype=bool)
-        self.ready_t = np.zeros(n)
-        self.dispatch_t = np.zeros(n)
-        self.start_t = np.full(n, -1.0)
-        self.passed_at = np.full(n, np.inf)     # when lookahead first passed the task over
-        self.exp_wait = np.zeros(n)             # queue wait expected when the task was sent
-        self.queued_seen = np.zeros(n, dtype=bool)   # the server reported the attempt queued
-        self.last_heard = np.zeros(n)           # the attempt's last report (or its dispatch)
-        self.est_sent = np.zeros(n)             # runtime (with I/O) expected when it was sent
         self._watch_at = np.inf                 # no queued task can be overdue before then
-        self.locality = np.full(n, REMOTE, dtype=np.int8)
         self.used_tokens = 0.0
         self.outstanding_opp = 0.0
         self._opp_active: set[int] = set()     # opportunistic attempts dispatched or running
@@ -565,6 +572,16 @@ class JmState:
                 return np.full(B, UNMATCHED, dtype=np.int64), np.zeros(B), np.full(B, REMOTE)
             srv = alive[rng.integers(0, len(alive), size=B)].astype(np.int64)
             return srv, np.zeros(B), self._locality_at(ids, srv)
+        if B == 1 and cfg.single_fast_path and cfg.policy in ("apollo", "greedy"):
+            # One task: the same placement in plain floats (jm.single), without numpy's per-call cost.
+            t = int(ids[0])
+            st = self.stages[int(sidx[0])]
+            local = t - st.offset
+            reps1 = st.reps[local].tolist() if st.reps is not None else [-1, -1, -1]
+            s1, w1, l1 = place_one(reps1, float(st.in_bytes[local]), st.est_runtime, st.shape, st.spec.cpu, now,
+                                   view, self._fail_rate, cfg.io, cfg.estimate, topo, rng, cfg.per_rack, 2,
+                                   cfg.defer_s if cfg.policy == "apollo" else 0.0)
+            return np.array([s1], dtype=np.int64), np.array([w1]), np.array([l1])
         reps, in_bytes, runtime, shape, cpu = self._task_columns(ids, sidx)
         cand, valid = candidate_rows(reps, topo, view.lightly_loaded, rng, per_rack=cfg.per_rack)
         if cfg.policy == "fifo":

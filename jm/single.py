@@ -1,0 +1,94 @@
+"""One task's placement in plain Python: candidates -> estimation -> the cheapest server.
+
+A batch of one task is the common case at a job's start (every 1-task job, every
+job whose tokens free one at a time) and it is on the job's critical path. The
+vectorised path (jm.candidates, jm.estimate, JmState._place) spends ~100 us on
+numpy's per-call costs for a single row; this is the same computation on
+floats: the same random draws in the same order, the same arithmetic in the same
+order, hence the same answer (tests/test_single_placement.py holds the two to
+it). Keep the two in step: a change to one is a change to both.
+"""
+from __future__ import annotations
+
+from apollo.cluster import NODE, RACK, REMOTE
+
+UNMATCHED = -1
+INF = float("inf")
+
+
+def place_one(reps: list[int], in_bytes: float, runtime: float, shape: int, cpu: float, now: float,
+              view, fail_rate, io, ecfg, topo, rng, per_rack: int, n_light: int,
+              defer_s: float) -> tuple[int, float, int]:
+    """(server or UNMATCHED, expected wait there, locality) for one task; ``defer_s`` > 0 applies
+    Apollo's deferral (JmState._place), else none."""
+    # ---- candidate_rows
+    R = len(reps) * per_rack
+    u = rng.random(2 * R + n_light).tolist()
+    rack_of, rack_start, rack_size = topo.rack_of, topo.rack_start, topo.rack_size
+    servers = topo.servers
+    has = [r >= 0 for r in reps]
+    anywhere = [int(u[R + j] * servers) for j in range(R)]
+    in_rack = []
+    for j in range(R):
+        i = j // per_rack
+        if has[i]:
+            rk = int(rack_of[reps[i]])
+            in_rack.append(int(rack_start[rk]) + int(u[j] * int(rack_size[rk])))
+        else:
+            in_rack.append(anywhere[j])
+    light_list = view.lightly_loaded
+    pool = len(light_list) or servers
+    light = [int(u[2 * R + k] * pool) for k in range(n_light)]
+    if len(light_list):
+        light = [int(light_list[x]) for x in light]
+    cand = sorted([reps[i] if has[i] else anywhere[i] for i in range(len(reps))] + in_rack + light)
+    # ---- localities (only the first replica says whether the task reads an input)
+    rep_racks = [int(rack_of[r]) if r >= 0 else -1 for r in reps]
+    if has[0]:
+        loc = [NODE if c in reps else (RACK if int(rack_of[c]) in rep_racks else REMOTE) for c in cand]
+    else:
+        loc = [REMOTE] * len(cand)
+    # ---- costs
+    bw = (io.node_bytes_per_s, io.rack_bytes_per_s, io.remote_bytes_per_s)
+    matrices, stamps, alive = view.matrices, view.stamps, view.alive
+    sent_wait, sent_cpu, sent_at = view.sent_wait, view.sent_cpu, view.sent_at
+    nm = len(view.mem_grid)
+    free_of = view._free_of_fits
+    vtime = view.time
+    noise = rng.random(len(cand)).tolist() if ecfg.tie_noise_s > 0 else None
+    C, E, W = [], [], []
+    prev = None
+    for k, c in enumerate(cand):
+        row = matrices[c]
+        wait = float(row[shape])
+        stamp = float(stamps[c])
+        drained = max(wait - max(now - stamp, 0.0), 0.0)
+        age = min(max(now - max(stamp, vtime), 0.0), ecfg.max_stale_s)
+        w = drained + ecfg.stale_penalty * age
+        # view.pending_wait: this host's sends after the reading, unless the server still has room
+        mine = stamp <= float(sent_at[c])
+        sent = float(sent_wait[c]) if mine else 0.0
+        fits = sum(1 for ci in range(len(view.cpu_grid)) if float(row[ci * nm]) - (now - stamp) <= 0.0)
+        free = float(free_of[fits]) - (float(sent_cpu[c]) if mine else 0.0)
+        w = w + (0.0 if free >= cpu - 1e-9 else sent)
+        e = (io.init_s + in_bytes / bw[loc[k]]) + w + runtime
+        p = ecfg.failure_prior if fail_rate is None else max(float(fail_rate[c]), ecfg.failure_prior)
+        cost = (1.0 - p) * e + ecfg.kfail * p * e
+        if noise is not None:
+            cost = cost + noise[k] * ecfg.tie_noise_s
+        if not alive[c] or wait >= 1e8 or c == prev:      # dead, never fits, or a repeat
+            cost = INF
+        prev = c
+        C.append(cost)
+        E.append(e)
+        W.append(w)
+    if defer_s > 0:
+        doubt = ecfg.stale_penalty * min(max(now - vtime, 0.0), ecfg.max_stale_s)
+        limit = io.init_s + in_bytes / bw[REMOTE] + runtime + defer_s + doubt
+        worse = [e > limit for e in E]
+        if any(worse) and view.has_idle(now):
+            C = [INF if x else cost for cost, x in zip(C, worse)]
+    best = min(range(len(C)), key=C.__getitem__)
+    if C[best] == INF:
+        return UNMATCHED, 0.0, REMOTE
+    return cand[best], W[best], loc[best]
