@@ -99,6 +99,7 @@ async def _wait_with_progress(c, job_id: int, total: int):
     with Progress(TextColumn("{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[note]}"), TimeElapsedColumn(), transient=False) as bar:
         rows: dict[int, int] = {}
+        catch_up = 20
         while True:
             st = c.status(job_id)
             if st is not None:
@@ -108,7 +109,14 @@ async def _wait_with_progress(c, job_id: int, total: int):
                     note = f"{s.failed_attempts} failed attempts" if s.failed_attempts else ""
                     bar.update(rows[i], completed=s.done, note=note)
             if waiting.done():
-                return waiting.result()
+                done = waiting.result()
+                # The JM host says a job finished as its last records are being written: give the
+                # bars a moment to catch up with its count.
+                if st is None or st.done >= done.tasks_done or catch_up == 0:
+                    return done
+                catch_up -= 1
+                await asyncio.sleep(0.05)
+                continue
             await asyncio.wait([waiting], timeout=0.2)
 
 
