@@ -307,3 +307,44 @@ def test_a_probed_attempt_that_is_running_stays():
     out = j.handle(answer, limit, Rng())
     assert j.state[0] == TaskState.RUNNING and not dispatched(out)
     assert j._watch_at > limit                      # next probe only after another quiet period
+
+
+def jm_noinit(spec, tokens):
+    """A JM whose tasks pay no start-up time (as on the throughput bench's cluster)."""
+    cfg = JmConfig(topology=TOPO, io=IoModel(init_s=0.0), opportunistic=False)
+    j = JmState(1, spec, tokens, 0.0, cfg, view())
+    return j, j.start(0.0, Rng())
+
+
+def test_short_tasks_are_pipelined_behind_each_token_and_refilled_at_half():
+    noop = JobSpec("noop", [StageSpec("s", 400, np.zeros(400))])
+    j, out = jm_noinit(noop, tokens=4)
+    depth = j._depth(j.stages[0])
+    assert depth == j.cfg.max_pipeline                 # 0 s tasks: the deepest pipeline
+    sent = dispatched(out)
+    assert len(sent) == 4 * depth                      # tokens x depth in flight
+    per_server = {}
+    for to, _ in sent:
+        per_server[to] = per_server.get(to, 0) + 1
+    assert max(per_server.values()) > 1                # a server takes several per batch
+    j.validate()
+    # Reports of a few finished tasks do not trigger a pass; half the pipeline drained does.
+    ids = [t.task for _, t in sent]
+    out = []
+    for t in ids[:4]:
+        out += j.handle(report(j, t, TaskState.DONE, 1.0, 1.0, server=int(j.server[t])), 1.0, Rng())
+    assert dispatched(out) == []
+    for t in ids[4:2 * depth]:                          # no-op tasks: 0 s each
+        out += j.handle(report(j, t, TaskState.DONE, 1.0, 1.0, server=int(j.server[t])), 1.0, Rng())
+    assert len(dispatched(out)) == 2 * depth           # half drained: refilled to tokens x depth
+    j.validate()
+
+
+def test_depth_follows_the_expected_time_per_task():
+    for seconds, depth in ((0.012, 5), (0.02, 3), (0.06, 1), (2.0, 1)):
+        j, out = jm_noinit(JobSpec("s", [StageSpec("s", 50, np.full(50, seconds))]), tokens=4)
+        assert j._depth(j.stages[0]) == depth, seconds
+        assert len(dispatched(out)) == 4 * depth
+    # The default 0.2 s start-up makes even a 0 s task too long to pipeline.
+    j, out = jm(JobSpec("s", [StageSpec("s", 50, np.zeros(50))]), tokens=4)
+    assert j._depth(j.stages[0]) == 1 and len(dispatched(out)) == 4

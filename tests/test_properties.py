@@ -114,3 +114,22 @@ def test_water_fill_is_max_min_fair(demands, capacity, weights):
     short = a < d - 1e-9
     for i in np.flatnonzero(short):
         assert np.all(a[i] / w[i] >= a / w - 1e-6)
+
+
+@given(instances(), st.integers(2, 4))
+def test_capacity_matching_fills_no_server_beyond_capacity_and_is_stable(inst, capacity):
+    """Pipelined short tasks: a server takes up to ``capacity`` of a batch (hospitals/residents)."""
+    cand, cost = inst
+    for rounds in (4, 10**6):
+        out = stable_match(cand, cost, rounds, capacity=capacity)
+        got = out[out != UNMATCHED].tolist()
+        assert all(got.count(s) <= capacity for s in set(got))
+        for b, s in enumerate(out):
+            if s != UNMATCHED:
+                k = np.flatnonzero(cand[b] == s)
+                assert len(k) == 1 and np.isfinite(cost[b, k[0]])
+    assert is_stable(cand, cost, out, capacity=capacity)
+    # With room for everyone, every task with a finite option gets its cheapest one.
+    roomy = stable_match(cand, cost, 10**6, capacity=len(cand))
+    best = np.where(np.isfinite(cost).any(axis=1), cand[np.arange(len(cand)), cost.argmin(axis=1)], UNMATCHED)
+    assert roomy.tolist() == best.tolist()
