@@ -53,7 +53,7 @@ def place_one(reps: list[int], in_bytes: float, runtime: float, shape: int, cpu:
     matrices, stamps, alive = view.matrices, view.stamps, view.alive
     sent_wait, sent_cpu, sent_at = view.sent_wait, view.sent_cpu, view.sent_at
     nm = len(view.mem_grid)
-    free_of = view._free_of_fits
+    free_of = view.free_of_fits
     vtime = view.time
     noise = rng.random(len(cand)).tolist() if ecfg.tie_noise_s > 0 else None
     C, E, W = [], [], []

@@ -244,8 +244,8 @@ class JmState:
         placed, a demand the RM has not heard, or queued tasks that may be overdue)."""
         return self._has_ready() or self._demand() != self._last_demand or now >= self._watch_at
 
-    def _deadlines(self, ids: np.ndarray) -> np.ndarray:
-        """When a task reported queued counts as overdue (a move)."""
+    def _deadlines(self, ids):
+        """When a task reported queued counts as overdue (a move); ``ids``: a task or an array."""
         cfg = self.cfg
         return self.dispatch_t[ids] + cfg.overdue_factor * self.exp_wait[ids] + cfg.overdue_slack_s
 
@@ -320,9 +320,7 @@ class JmState:
             if rs == DISPATCHED:       # it had to queue there
                 if cur == DISPATCHED and self.cfg.policy == "apollo" and self.cfg.overdue_slack_s > 0:
                     self.queued_seen[t] = True
-                    due = float(self.dispatch_t[t]) + self.cfg.overdue_factor * float(self.exp_wait[t]) \
-                        + self.cfg.overdue_slack_s        # _deadlines, for one task
-                    self._watch_at = min(self._watch_at, due)
+                    self._watch_at = min(self._watch_at, float(self._deadlines(t)))
             elif rs == RUNNING:
                 self.state[t] = step(int(cur), "start")
                 self.start_t[t] = r.t_start

@@ -18,7 +18,7 @@ class ViewCache:
         self.cpu_grid = cpu_grid
         self.mem_grid = mem_grid
         self.shapes = shapes = len(cpu_grid) * len(mem_grid)
-        self._free_of_fits = np.array((0.0,) + tuple(cpu_grid))    # k shapes fit -> CPUs free
+        self.free_of_fits = np.array((0.0,) + tuple(cpu_grid))    # k shapes fit -> CPUs free
         self.matrices = np.zeros((servers, shapes), dtype=np.float32)
         self.stamps = np.full(servers, -np.inf)
         self.boot_times = np.zeros(servers)
@@ -49,7 +49,7 @@ class ViewCache:
         # Waits of the cpu shapes at the smallest memory; a bigger shape never waits less, so
         # the shapes that fit now are a prefix and their count picks the free CPUs.
         fits = (self.matrices[:, ::len(self.mem_grid)][servers] - age[..., None] <= 0.0).sum(axis=-1)
-        return self._free_of_fits[fits] - self.pending_cpu(servers)
+        return self.free_of_fits[fits] - self.pending_cpu(servers)
 
     def has_idle(self, now: float) -> bool:
         """Whether any lightly loaded server has a CPU free now, as far as this host knows."""
