@@ -78,9 +78,8 @@ def check_job(client, rec, workdir, maps=8):
     assert rec.done and rec.done[0][1] is True
 
 
-async def test_end_to_end_job_in_one_process(tmp_path):
-    rec = Recorder()
-    rt = LiveRuntime(SECRET, seed=1, log_sink=rec, workdir=tmp_path)
+def host_all(rt):
+    """Every actor of a small cluster, and a client, in the one runtime ``rt``."""
     rm, host, pns = cluster_actors()
     client = Client()
     rt.add("rm", rm)
@@ -89,6 +88,13 @@ async def test_end_to_end_job_in_one_process(tmp_path):
     rt.add("client", client, start=False)
     for s, pn in enumerate(pns):
         rt.add(f"pn:{s}", pn)
+    return rm, host, pns, client
+
+
+async def test_end_to_end_job_in_one_process(tmp_path):
+    rec = Recorder()
+    rt = LiveRuntime(SECRET, seed=1, log_sink=rec, workdir=tmp_path)
+    rm, host, pns, client = host_all(rt)
     await rt.start(listen_port=0)
     try:
         rt.inject("rm", SubmitJob(-1, two_stage_job(), "client"))
@@ -150,14 +156,7 @@ async def test_end_to_end_across_runtimes_over_tcp(tmp_path):
 async def test_a_killed_pn_is_declared_dead_and_its_tasks_rerun_elsewhere(tmp_path):
     rec = Recorder()
     rt = LiveRuntime(SECRET, seed=4, log_sink=rec, workdir=tmp_path)
-    rm, host, pns = cluster_actors()
-    client = Client()
-    rt.add("rm", rm)
-    rt.add("jmhost", host)
-    rt.route_prefix("jm", "jmhost")
-    rt.add("client", client, start=False)
-    for s, pn in enumerate(pns):
-        rt.add(f"pn:{s}", pn)
+    rm, host, pns, client = host_all(rt)
     await rt.start()
     try:
         rt.inject("rm", SubmitJob(-1, two_stage_job(map_s=1.0), "client"))
@@ -180,14 +179,7 @@ def test_end_to_end_on_uvloop(tmp_path):
     async def main():
         rec = Recorder()
         rt = LiveRuntime(SECRET, log_sink=rec, workdir=tmp_path)   # rng seeded from os.urandom
-        rm, host, pns = cluster_actors()
-        client = Client()
-        rt.add("rm", rm)
-        rt.add("jmhost", host)
-        rt.route_prefix("jm", "jmhost")
-        rt.add("client", client, start=False)
-        for s, pn in enumerate(pns):
-            rt.add(f"pn:{s}", pn)
+        rm, host, pns, client = host_all(rt)
         await rt.start()
         try:
             rt.inject("rm", SubmitJob(-1, two_stage_job(), "client"))
