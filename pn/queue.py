@@ -99,3 +99,33 @@ class Profile:
                 k = max(kc, km)
                 out.append(self.times[k] - t0 if k < n else INF)
         return out
+
+
+def release_waits(now: float, free_cpu: float, free_mem: float, releases: list[tuple[float, float, float]],
+                  cpu_grid: tuple[float, ...], mem_grid: tuple[float, ...], never: float) -> list[float]:
+    """The wait matrix of a server with nothing queued: free room only grows as running tasks
+    end, so each shape waits until the first release after which it fits. The same numbers as
+    ``Profile(...).wait_matrix`` (capped at ``never``) without building a profile: this is
+    most servers' reading most of the time."""
+    eps = 1e-9
+    out = []
+    if not releases:
+        for c in cpu_grid:
+            for m in mem_grid:
+                out.append(0.0 if c <= free_cpu + eps and m <= free_mem + eps else never)
+        return out
+    steps = [(now, free_cpu, free_mem)]
+    fc, fm = free_cpu, free_mem
+    for t, c, m in sorted(releases):
+        fc += c
+        fm += m
+        steps.append((t if t > now else now, fc, fm))
+    for c in cpu_grid:
+        for m in mem_grid:
+            for t, fc, fm in steps:
+                if c <= fc + eps and m <= fm + eps:
+                    out.append(t - now)
+                    break
+            else:
+                out.append(never)
+    return out

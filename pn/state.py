@@ -19,7 +19,7 @@ from apollo.lifecycle import TaskState, step
 from apollo.messages import (Dispatch, Heartbeat, KillTask, ProbeTask, StatusBatch, TaskReport, TaskSpec,
                              UpgradeTask)
 
-from .queue import Profile
+from .queue import Profile, release_waits
 
 NEVER_S = 1e9  # a wait that cannot happen (the shape exceeds the server); finite for the wire
 
@@ -106,9 +106,13 @@ class PnState:
         self.free_mem = config.mem_gb
         self._matrix: np.ndarray | None = None  # cached wait matrix (relative to _matrix_time)
         self._matrix_time = 0.0
-        self._avail = np.zeros(0)
+        self._waits: list[float] = []           # the last planned waits, from _planned_at
+        self._planned_at = 0.0
+        self._avail: np.ndarray | None = None   # absolute start times of the shapes, made on demand
         self._last_matrix: tuple | None = None  # the last planned reading, kept across changes
         self._hb_due = float("inf")             # when the armed heartbeat timer fires
+        self._changed = True                    # the queues changed since the last heartbeat
+        self._quiet_due = 0.0                   # a heartbeat is due by then even if nothing changes
         self._revise_at = float("inf")          # a running task outlives its planned end then
         self._queued_due = float("inf")         # when the armed "queued" report timer fires
 
@@ -316,15 +320,7 @@ class PnState:
 
     def _profile(self, now: float, include_opportunistic: bool) -> Profile:
         """Free resources over time; running opportunistic tasks count as free unless asked."""
-        free_c, free_m = self.free_cpu, self.free_mem
-        rel = []
-        for a in self.running.values():
-            s = a.spec
-            if s.opportunistic and not include_opportunistic:
-                free_c += s.cpu
-                free_m += s.mem_gb
-                continue
-            rel.append((self._expected_end(a, now), s.cpu, s.mem_gb))
+        free_c, free_m, rel = self._room(now, include_opportunistic)
         return Profile(now, free_c, free_m, rel)
 
     def _expected_end(self, a: Attempt, now: float) -> float:
@@ -435,38 +431,66 @@ class PnState:
         if self._matrix is None or now >= self._revise_at:
             cfg = self.cfg
             self._revise_at = float("inf")
-            if not self.queue and not self.running:
-                w = [0.0 if c <= cfg.cores and m <= cfg.mem_gb else NEVER_S
-                     for c in cfg.cpu_grid for m in cfg.mem_grid]
+            opp = cfg.advertise_opportunistic
+            if not self.queue:
+                # Nothing queued: room only grows as running tasks end (no plan needed).
+                w = release_waits(now, *self._room(now, opp), cfg.cpu_grid, cfg.mem_grid, NEVER_S)
             else:
-                opp = cfg.advertise_opportunistic
                 prof, _ = self._plan(now, opp)
                 w = [min(x, NEVER_S) for x in prof.wait_matrix(cfg.cpu_grid, cfg.mem_grid)]
+            if self.running:
                 # The plan holds until the first running task outlives its planned end.
                 self._revise_at = min((self._expected_end(a, now) for a in self.running.values()
                                        if opp or not a.spec.opportunistic), default=float("inf"))
-            self._avail = np.array(w) + now      # absolute times each shape could start
+            self._waits, self._planned_at, self._avail = w, now, None
             self._matrix = np.array(w, dtype=np.float32)
             self._matrix_time = now
             self._last_matrix = (self._matrix, now)
         elif self._matrix_time != now:
+            if self._avail is None:
+                self._avail = np.array(self._waits) + self._planned_at   # when each shape could start
             self._matrix = np.maximum(self._avail - now, 0.0).astype(np.float32)
             self._matrix_time = now
         return self._matrix
 
+    def _room(self, now: float, include_opportunistic: bool) -> tuple[float, float, list]:
+        """Free cpu and memory now and the (expected end, cpu, mem) of the running tasks that
+        hold their room; running opportunistic tasks count as free unless asked."""
+        free_c, free_m = self.free_cpu, self.free_mem
+        rel = []
+        for a in self.running.values():
+            s = a.spec
+            if s.opportunistic and not include_opportunistic:
+                free_c += s.cpu
+                free_m += s.mem_gb
+            else:
+                rel.append((self._expected_end(a, now), s.cpu, s.mem_gb))
+        return free_c, free_m, rel
+
     def _heartbeat(self, now: float) -> list:
-        """Report to the RM, then stay quiet until something changes, a running task outlives
-        its planned end (the reading would be wrong from then on) or liveness is due."""
-        matrix = self.matrix(now)
-        quiet = min(self.cfg.liveness_s, max(self._revise_at - now, self.cfg.revise_every_s))
-        self._hb_due = now + quiet
-        return [Send(self.cfg.rm, Heartbeat(self.server, self.boot_time, now, matrix,
-                                            len(self.running), len(self.queue) + len(self.opp_queue),
-                                            self.free_cpu)),
-                SetTimer(quiet, "hb")]
+        """The heartbeat timer: report to the RM if the queues changed since the last report, a
+        running task outlived its planned end (the reading would be wrong from then on) or
+        liveness is due; a server still busy looks again heartbeat_s later (it is likely to
+        change by then: one timer per report, not one per change), an idle one sleeps until
+        its quiet time is up or something changes."""
+        cfg = self.cfg
+        out: list = []
+        if self._changed or now >= self._quiet_due - 1e-9:
+            self._changed = False
+            matrix = self.matrix(now)
+            self._quiet_due = now + min(cfg.liveness_s, max(self._revise_at - now, cfg.revise_every_s))
+            out.append(Send(cfg.rm, Heartbeat(self.server, self.boot_time, now, matrix, len(self.running),
+                                              len(self.queue) + len(self.opp_queue), self.free_cpu)))
+            nxt = now + cfg.heartbeat_s if (self.running or self.queue or self.opp_queue) else self._quiet_due
+        else:
+            nxt = self._quiet_due
+        self._hb_due = nxt
+        out.append(SetTimer(nxt - now, "hb"))
+        return out
 
     def _emit_reports(self, now: float, out: list, reports: dict) -> None:
         # Every handler that changes the queues ends here: make sure the RM hears soon.
+        self._changed = True
         if now + self.cfg.heartbeat_s < self._hb_due:
             self._hb_due = now + self.cfg.heartbeat_s
             out.append(SetTimer(self.cfg.heartbeat_s, "hb"))
