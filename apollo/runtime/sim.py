@@ -1,6 +1,6 @@
 """SimRuntime: a discrete-event kernel that carries out actors' effects.
 
-A heap of ``(time, seq, kind, address, payload)``; ``seq`` breaks ties, so a
+A heap of ``(time, seq, kind, address, item, epoch)``; ``seq`` breaks ties, so a
 run is a pure function of its inputs and seed. Every message crosses a
 modelled network (latency with jitter, optional loss) and, unless ``wire`` is
 off, is packed to MessagePack bytes and decoded on arrival, so the protocol
@@ -35,16 +35,23 @@ class SimRuntime:
     def __init__(self, seed: int = 0, net: NetModel | None = None, wire: bool = True,
                  task_model: Callable | None = None, log_sink: Callable | None = None) -> None:
         self.now = 0.0
+        # Entries: (time, seq, kind, address, item, epoch). A timer's or a task exit's token is
+        # its entry's own seq; ``epoch`` is the address's incarnation when the entry was made.
         self.heap: list = []
         self.seq = 0
         self.rng = np.random.default_rng(seed)           # handed to actors
-        self._rand = random.Random(seed ^ 0x5EED)         # the runtime's own draws (network)
+        self._rand = random.Random(seed ^ 0x5EED)         # the runtime's own draws (message loss)
+        # Network delays are drawn in blocks (one numpy call per 64k messages, not one each).
+        self._delay_rng = np.random.default_rng(seed ^ 0xD1A7)
+        self._delays: list[float] = []
+        self._next_delay = 0
         self.net = net or NetModel()
         self.wire = wire
         self.task_model = task_model
         self.log_sink = log_sink or (lambda kind, data, now: None)
         self.actors: dict[str, Any] = {}
         self.routes: dict[str, str] = {}                  # address prefix -> actor address ("jm" -> "jmhost")
+        self._resolved: dict[str, str] = {}               # address -> actor address, as resolved
         self.epoch: dict[str, int] = {}
         self.down: set[str] = set()
         self.timers: dict[tuple, int] = {}
@@ -58,11 +65,13 @@ class SimRuntime:
     def add(self, address: str, actor: Any, start: bool = True) -> None:
         self.actors[address] = actor
         self.epoch.setdefault(address, 0)
+        self._resolved.clear()
         if start:
-            self._push(self.now, CALL, address, lambda: self._deliver_local(address, Start()))
+            self._push(self.now, CALL, "", lambda: self._deliver_local(address, Start()))
 
     def route_prefix(self, prefix: str, address: str) -> None:
         self.routes[prefix] = address
+        self._resolved.clear()
 
     def resolve(self, address: str) -> str:
         if address in self.actors:
@@ -86,12 +95,12 @@ class SimRuntime:
 
     def inject(self, to: str, msg: Any, delay: float = 0.0) -> None:
         """Send from outside any actor (a client, a test)."""
-        self._send("", to, msg, delay)
+        self._send(to, msg, delay)
 
     # ---- the loop ----------------------------------------------------------------
-    def _push(self, t: float, kind: int, addr: str, payload: Any) -> None:
+    def _push(self, t: float, kind: int, addr: str, item: Any, epoch: int = 0) -> None:
         self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, addr, payload))
+        heapq.heappush(self.heap, (t, self.seq, kind, addr, item, epoch))
 
     def run(self, until: float = float("inf")) -> None:
         heap = self.heap
@@ -99,35 +108,41 @@ class SimRuntime:
         actors = self.actors
         down = self.down
         wire = self.wire
-        while heap and not self.stopped:
-            if heap[0][0] > until:
-                break
-            t, seq, kind, addr, payload = pop(heap)
-            self.now = t
-            self.events += 1
-            if kind == DELIVER:
-                msg, epoch = payload
-                if addr in down or self.epoch.get(addr, 0) != epoch:
-                    self.dropped += 1
-                    continue
-                if wire:
-                    msg = unpack(msg)
-                actor = actors[addr]
-                self._apply(addr, actor.handle(msg, t, self.rng))
-            elif kind == TIMER:
-                key, token, epoch = payload
-                if self.timers.get((addr, key)) != token or self.epoch.get(addr, 0) != epoch:
-                    continue
-                del self.timers[(addr, key)]
-                self._apply(addr, actors[addr].handle(Timer(key), t, self.rng))
-            elif kind == EXIT:
-                ev, token, epoch = payload
-                if self.running.pop((addr, ev.task_key), None) != token or addr in down \
-                        or self.epoch.get(addr, 0) != epoch:
-                    continue  # killed, or the node crashed under it
-                self._apply(addr, actors[addr].handle(ev, t, self.rng))
-            else:
-                payload()
+        epoch_of = self.epoch.get
+        timers = self.timers
+        running = self.running
+        rng = self.rng
+        apply = self._apply
+        events = 0
+        try:
+            while heap and not self.stopped:
+                if heap[0][0] > until:
+                    break
+                t, seq, kind, addr, item, epoch = pop(heap)
+                self.now = t
+                events += 1
+                if kind == DELIVER:
+                    if epoch_of(addr, 0) != epoch or addr in down:
+                        self.dropped += 1
+                        continue
+                    if wire:
+                        item = unpack(item)
+                    apply(addr, actors[addr].handle(item, t, rng))
+                elif kind == EXIT:
+                    if running.pop((addr, item.task_key), None) != seq or epoch_of(addr, 0) != epoch \
+                            or addr in down:
+                        continue  # killed, or the node crashed under it
+                    apply(addr, actors[addr].handle(item, t, rng))
+                elif kind == TIMER:
+                    k = (addr, item)
+                    if timers.get(k) != seq or epoch_of(addr, 0) != epoch:
+                        continue  # re-set or cancelled since, or the node restarted
+                    del timers[k]
+                    apply(addr, actors[addr].handle(Timer(item), t, rng))
+                else:
+                    item()
+        finally:
+            self.events += events
 
     def _deliver_local(self, addr: str, event: Any) -> None:
         if addr in self.down:
@@ -135,31 +150,43 @@ class SimRuntime:
         self._apply(addr, self.actors[addr].handle(event, self.now, self.rng))
 
     # ---- effects ------------------------------------------------------------------
-    def _send(self, frm: str, to: str, msg: Any, extra_delay: float = 0.0) -> None:
-        net = self.net
-        r = self._rand
-        if net.loss and r.random() < net.loss:
+    def _delay(self) -> float:
+        """One message's network delay: base latency plus exponential jitter."""
+        i = self._next_delay
+        if i >= len(self._delays):
+            net = self.net
+            jitter = self._delay_rng.exponential(net.jitter_s, 1 << 16) if net.jitter_s > 0 else np.zeros(1 << 16)
+            self._delays = (jitter + net.latency_s).tolist()
+            i = 0
+        self._next_delay = i + 1
+        return self._delays[i]
+
+    def _send(self, to: str, msg: Any, extra_delay: float = 0.0) -> None:
+        if self.net.loss and self._rand.random() < self.net.loss:
             self.dropped += 1
             return
-        dst = to if to in self.actors else self.resolve(to)
-        if dst not in self.actors:
-            self.log_sink("warn", (f"message to unknown address {to!r}",), self.now)
-            return
+        dst = self._resolved.get(to)
+        if dst is None:
+            dst = self.resolve(to)
+            if dst not in self.actors:
+                self.log_sink("warn", (f"message to unknown address {to!r}",), self.now)
+                return
+            self._resolved[to] = dst
         self.messages += 1
-        delay = net.latency_s + (r.expovariate(1.0 / net.jitter_s) if net.jitter_s > 0 else 0.0) + extra_delay
-        payload = pack(msg) if self.wire else msg
-        self._push(self.now + delay, DELIVER, dst, (payload, self.epoch.get(dst, 0)))
+        self.seq += 1
+        heapq.heappush(self.heap, (self.now + self._delay() + extra_delay, self.seq, DELIVER, dst,
+                                   pack(msg) if self.wire else msg, self.epoch.get(dst, 0)))
 
     def _apply(self, addr: str, effects: list) -> None:
         for e in effects:
             te = type(e)
             if te is Send:
-                self._send(addr, e.to, e.msg)
+                self._send(e.to, e.msg)
             elif te is SetTimer:
                 self.seq += 1
                 self.timers[(addr, e.key)] = self.seq
-                heapq.heappush(self.heap, (self.now + e.delay, self.seq, TIMER, addr,
-                                           (e.key, self.seq, self.epoch.get(addr, 0))))
+                heapq.heappush(self.heap, (self.now + e.delay, self.seq, TIMER, addr, e.key,
+                                           self.epoch.get(addr, 0)))
             elif te is Log:
                 self.log_sink(e.kind, e.data, self.now)
             elif te is Launch:
@@ -168,8 +195,8 @@ class SimRuntime:
                 self.seq += 1
                 self.running[(addr, key)] = self.seq
                 heapq.heappush(self.heap, (self.now + dur, self.seq, EXIT, addr,
-                                           (TaskExited(key, ok, 0 if ok else 1, "" if ok else "task failed"),
-                                            self.seq, self.epoch.get(addr, 0))))
+                                           TaskExited(key, ok, 0 if ok else 1, "" if ok else "task failed"),
+                                           self.epoch.get(addr, 0)))
             elif te is Kill:
                 self.running.pop((addr, e.task_key), None)
             elif te is CancelTimer:
