@@ -30,16 +30,20 @@ def water_fill(capacity: float, demands: np.ndarray, weights: np.ndarray | None 
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
     if d.sum() <= capacity:
         return d.copy()
-    order = np.argsort(d / w)
-    alloc = np.zeros(n)
-    left = capacity
-    wsum = w.sum()
-    for k, i in enumerate(order):
-        share = left * w[i] / wsum
-        give = min(d[i], share)
-        alloc[i] = give
-        left -= give
-        wsum -= w[i]
+    # Jobs in order of demand per weight: the first k get their whole demand and the rest
+    # split what is left at one level (per weight). Job k is below the level that filling
+    # jobs 0..k-1 leaves, or it is the first job at the level, and then so are all after it.
+    order = np.argsort(d / w, kind="stable")
+    ds, ws = d[order], w[order]
+    before = np.cumsum(ds) - ds                        # demand of the jobs ahead of each
+    weight_from = np.cumsum(ws[::-1])[::-1]            # weight of each job and those after it
+    level = (capacity - before) / weight_from
+    over = ds > level * ws
+    k = int(np.argmax(over)) if over.any() else n
+    alloc = np.empty(n)
+    alloc[order[:k]] = ds[:k]
+    if k < n:
+        alloc[order[k:]] = level[k] * ws[k:]
     return alloc
 
 
@@ -81,7 +85,7 @@ class EvenSplit(TokenPolicy):
             return {}
         alloc = water_fill(capacity, np.array([j.demand for j in jobs]))
         # Whole tokens; every job with demand keeps at least one so it always progresses.
-        return {j.job_id: max(1 if j.demand > 0 else 0, int(a)) for j, a in zip(jobs, alloc)}
+        return {j.job_id: max(1 if j.demand > 0 else 0, int(a)) for j, a in zip(jobs, alloc.tolist())}
 
 
 class FifoTokens(TokenPolicy):

@@ -11,6 +11,7 @@ entries, never coroutines, which is what lets a run reach 20,000 servers.
 """
 from __future__ import annotations
 
+import gc
 import heapq
 import random
 from dataclasses import dataclass
@@ -114,6 +115,10 @@ class SimRuntime:
         rng = self.rng
         apply = self._apply
         events = 0
+        # A run makes millions of short-lived objects (messages, effects, heap entries) and
+        # next to no cyclic garbage: collecting every 700 allocations cost ~10% of the run.
+        gc_was = gc.get_threshold()
+        gc.set_threshold(max(gc_was[0], 100_000), gc_was[1], max(gc_was[2], 100))
         try:
             while heap and not self.stopped:
                 if heap[0][0] > until:
@@ -143,6 +148,7 @@ class SimRuntime:
                     item()
         finally:
             self.events += events
+            gc.set_threshold(*gc_was)
 
     def _deliver_local(self, addr: str, event: Any) -> None:
         if addr in self.down:
