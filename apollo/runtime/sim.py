@@ -1,18 +1,17 @@
 """SimRuntime: a discrete-event kernel that carries out actors' effects.
 
-A heap of ``(time, seq, kind, address, item, epoch)``; ``seq`` breaks ties, so a
-run is a pure function of its inputs and seed. Every message crosses a
+An event queue (apollo.runtime.events) of ``(time, seq, kind, address, item,
+epoch)``; ``seq`` breaks ties, so a run is a pure function of its inputs and seed. Every message crosses a
 modelled network (latency with jitter, optional loss) and, unless ``wire`` is
 off, is packed to MessagePack bytes and decoded on arrival, so the protocol
 is exercised exactly as on a live cluster. Nodes can crash and restart: a
 crashed actor's messages, timers and running tasks vanish with it.
-A PN is a plain state object; its timers and its tasks' exits are heap
+A PN is a plain state object; its timers and its tasks' exits are queue
 entries, never coroutines, which is what lets a run reach 20,000 servers.
 """
 from __future__ import annotations
 
 import gc
-import heapq
 import random
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -21,6 +20,8 @@ import numpy as np
 
 from apollo.effects import CancelTimer, Kill, Launch, Log, Send, SetTimer, Spawn, Start, TaskExited, Timer
 from apollo.messages import pack, unpack
+
+from .events import EventQueue
 
 DELIVER, TIMER, EXIT, CALL = 0, 1, 2, 3
 
@@ -38,7 +39,7 @@ class SimRuntime:
         self.now = 0.0
         # Entries: (time, seq, kind, address, item, epoch). A timer's or a task exit's token is
         # its entry's own seq; ``epoch`` is the address's incarnation when the entry was made.
-        self.heap: list = []
+        self.queue = EventQueue()
         self.seq = 0
         self.rng = np.random.default_rng(seed)           # handed to actors
         self._rand = random.Random(seed ^ 0x5EED)         # the runtime's own draws (message loss)
@@ -101,11 +102,12 @@ class SimRuntime:
     # ---- the loop ----------------------------------------------------------------
     def _push(self, t: float, kind: int, addr: str, item: Any, epoch: int = 0) -> None:
         self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, addr, item, epoch))
+        self.queue.push((t, self.seq, kind, addr, item, epoch))
 
     def run(self, until: float = float("inf")) -> None:
-        heap = self.heap
-        pop = heapq.heappop
+        queue = self.queue
+        pop = queue.pop
+        peek = queue.peek_time
         actors = self.actors
         down = self.down
         wire = self.wire
@@ -115,15 +117,16 @@ class SimRuntime:
         rng = self.rng
         apply = self._apply
         events = 0
-        # A run makes millions of short-lived objects (messages, effects, heap entries) and
+        # A run makes millions of short-lived objects (messages, effects, queue entries) and
         # next to no cyclic garbage: collecting every 700 allocations cost ~10% of the run.
         gc_was = gc.get_threshold()
         gc.set_threshold(max(gc_was[0], 100_000), gc_was[1], max(gc_was[2], 100))
         try:
-            while heap and not self.stopped:
-                if heap[0][0] > until:
+            bounded = until < float("inf")
+            while queue.size and not self.stopped:
+                if bounded and peek() > until:
                     break
-                t, seq, kind, addr, item, epoch = pop(heap)
+                t, seq, kind, addr, item, epoch = pop()
                 self.now = t
                 events += 1
                 if kind == DELIVER:
@@ -180,7 +183,7 @@ class SimRuntime:
             self._resolved[to] = dst
         self.messages += 1
         self.seq += 1
-        heapq.heappush(self.heap, (self.now + self._delay() + extra_delay, self.seq, DELIVER, dst,
+        self.queue.push((self.now + self._delay() + extra_delay, self.seq, DELIVER, dst,
                                    pack(msg) if self.wire else msg, self.epoch.get(dst, 0)))
 
     def _apply(self, addr: str, effects: list) -> None:
@@ -191,7 +194,7 @@ class SimRuntime:
             elif te is SetTimer:
                 self.seq += 1
                 self.timers[(addr, e.key)] = self.seq
-                heapq.heappush(self.heap, (self.now + e.delay, self.seq, TIMER, addr, e.key,
+                self.queue.push((self.now + e.delay, self.seq, TIMER, addr, e.key,
                                            self.epoch.get(addr, 0)))
             elif te is Log:
                 self.log_sink(e.kind, e.data, self.now)
@@ -200,7 +203,7 @@ class SimRuntime:
                 key = e.task.key
                 self.seq += 1
                 self.running[(addr, key)] = self.seq
-                heapq.heappush(self.heap, (self.now + dur, self.seq, EXIT, addr,
+                self.queue.push((self.now + dur, self.seq, EXIT, addr,
                                            TaskExited(key, ok, 0 if ok else 1, "" if ok else "task failed"),
                                            self.epoch.get(addr, 0)))
             elif te is Kill:

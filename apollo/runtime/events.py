@@ -1,0 +1,71 @@
+"""The simulator's event queue: a calendar of fixed-width time buckets.
+
+Entries are tuples ordered by ``(time, seq)``, popped in exactly the order a
+binary heap would give. A heap of a 20,000-server run holds ~100,000 entries
+and each pop walks ~17 levels of them scattered over memory; here a push
+appends to its bucket's list and the buckets are sorted one at a time as
+time reaches them, so pops walk one small list. Entries for the bucket being
+drained (a message sent less than a bucket width ahead) are inserted in order.
+"""
+from __future__ import annotations
+
+import heapq
+from bisect import insort
+
+FAR = 1 << 62      # the bucket of times too large to bucket (never, for practical purposes)
+
+
+class EventQueue:
+    __slots__ = ("per_s", "buckets", "order", "cur", "pos", "cur_bucket", "size")
+
+    def __init__(self, width_s: float = 1e-3) -> None:
+        self.per_s = 1.0 / width_s
+        self.buckets: dict[int, list] = {}   # bucket -> its entries, unsorted
+        self.order: list[int] = []           # heap of the buckets in ``buckets``
+        self.cur: list = []                  # the bucket being drained, sorted; entries from pos on
+        self.pos = 0
+        self.cur_bucket = -1
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def push(self, entry: tuple) -> None:
+        self.size += 1
+        t = entry[0]
+        b = int(t * self.per_s) if t < 1e15 else FAR
+        if b <= self.cur_bucket:      # due while the current bucket drains (or overdue): in order
+            insort(self.cur, entry, self.pos)
+            return
+        lst = self.buckets.get(b)
+        if lst is None:
+            self.buckets[b] = [entry]
+            heapq.heappush(self.order, b)
+        else:
+            lst.append(entry)
+
+    def _advance(self) -> bool:
+        """Make the next non-empty bucket current; False when there is none."""
+        if not self.order:
+            return False
+        b = heapq.heappop(self.order)
+        lst = self.buckets.pop(b)
+        lst.sort()
+        self.cur, self.pos, self.cur_bucket = lst, 0, b
+        return True
+
+    def peek_time(self) -> float:
+        if self.pos >= len(self.cur) and not self._advance():
+            return float("inf")
+        return self.cur[self.pos][0]
+
+    def pop(self) -> tuple:
+        pos = self.pos
+        cur = self.cur
+        if pos >= len(cur):
+            if not self._advance():
+                raise IndexError("pop from an empty event queue")
+            pos, cur = 0, self.cur
+        self.pos = pos + 1
+        self.size -= 1
+        return cur[pos]

@@ -1,0 +1,43 @@
+"""The simulator's calendar queue pops exactly in a binary heap's order."""
+import heapq
+
+from hypothesis import given, settings, strategies as st
+
+from apollo.runtime.events import EventQueue
+
+# An operation: pop, or push an entry this far after the last popped time (negative: overdue).
+ops = st.lists(st.one_of(st.none(), st.floats(-0.01, 3.0, allow_nan=False),
+                         st.sampled_from([0.0, 0.0005, 0.001, 1e20])), max_size=300)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops, st.sampled_from([1e-3, 0.1, 1.0]))
+def test_pops_in_heap_order(script, width):
+    q, heap = EventQueue(width), []
+    now, seq = 0.0, 0
+    for op in script:
+        if op is None:
+            if not heap:
+                assert len(q) == 0
+                continue
+            want = heapq.heappop(heap)
+            assert q.peek_time() == want[0]
+            got = q.pop()
+            assert got == want
+            now = got[0]
+        else:
+            seq += 1
+            e = (max(now + op, 0.0), seq, "x")
+            q.push(e)
+            heapq.heappush(heap, e)
+        assert len(q) == len(heap)
+    while heap:
+        assert q.pop() == heapq.heappop(heap)
+    assert q.peek_time() == float("inf")
+
+
+def test_same_time_pops_in_push_order():
+    q = EventQueue()
+    for i in range(5):
+        q.push((1.0, i, "x"))
+    assert [q.pop()[1] for _ in range(5)] == list(range(5))
