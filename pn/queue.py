@@ -108,24 +108,24 @@ def release_waits(now: float, free_cpu: float, free_mem: float, releases: list[t
     ``Profile(...).wait_matrix`` (capped at ``never``) without building a profile: this is
     most servers' reading most of the time."""
     eps = 1e-9
-    out = []
-    if not releases:
-        for c in cpu_grid:
-            for m in mem_grid:
-                out.append(0.0 if c <= free_cpu + eps and m <= free_mem + eps else never)
-        return out
-    steps = [(now, free_cpu, free_mem)]
-    fc, fm = free_cpu, free_mem
+    # waits[k], room_c[k], room_m[k]: from wait k on, this much room is free (never shrinking)
+    waits = [0.0]
+    room_c = [free_cpu + eps]
+    room_m = [free_mem + eps]
+    fc, fm = room_c[0], room_m[0]
     for t, c, m in sorted(releases):
         fc += c
         fm += m
-        steps.append((t if t > now else now, fc, fm))
+        waits.append(t - now if t > now else 0.0)
+        room_c.append(fc)
+        room_m.append(fm)
+    n = len(waits)
+    # A shape fits from the later of the first step with its cpu and the first with its memory.
+    first_m = [bisect.bisect_left(room_m, m) for m in mem_grid]
+    out = []
     for c in cpu_grid:
-        for m in mem_grid:
-            for t, fc, fm in steps:
-                if c <= fc + eps and m <= fm + eps:
-                    out.append(t - now)
-                    break
-            else:
-                out.append(never)
+        kc = bisect.bisect_left(room_c, c)
+        for km in first_m:
+            k = kc if kc > km else km
+            out.append(waits[k] if k < n else never)
     return out

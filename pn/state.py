@@ -318,19 +318,16 @@ class PnState:
         self.free_mem += a.spec.mem_gb
         self._matrix = None
 
-    def _profile(self, now: float, include_opportunistic: bool) -> Profile:
-        """Free resources over time; running opportunistic tasks count as free unless asked."""
-        free_c, free_m, rel = self._room(now, include_opportunistic)
-        return Profile(now, free_c, free_m, rel)
-
     def _expected_end(self, a: Attempt, now: float) -> float:
         end = a.started_at + a.spec.est_runtime_s
         if end > now:
             return end
         return now + self.cfg.overrun_factor * (now - a.started_at) + 1e-3
 
-    def _plan(self, now: float, include_opportunistic: bool = False) -> tuple[Profile, list[float]]:
-        prof = self._profile(now, include_opportunistic)
+    def _plan(self, now: float, include_opportunistic: bool = False,
+              room: tuple | None = None) -> tuple[Profile, list[float]]:
+        """Plan the regular queue onto the profile of ``room`` (from ``_room``; made if not given)."""
+        prof = Profile(now, *(room or self._room(now, include_opportunistic)))
         starts = []
         inf = float("inf")
         pc = pm = pd = inf        # the last planned task's shape, runtime and start
@@ -430,18 +427,17 @@ class PnState:
         """
         if self._matrix is None or now >= self._revise_at:
             cfg = self.cfg
-            self._revise_at = float("inf")
             opp = cfg.advertise_opportunistic
+            room = self._room(now, opp)
+            releases = room[2]
+            # The plan holds until the first running task outlives its planned end.
+            self._revise_at = min(releases)[0] if releases else float("inf")
             if not self.queue:
                 # Nothing queued: room only grows as running tasks end (no plan needed).
-                w = release_waits(now, *self._room(now, opp), cfg.cpu_grid, cfg.mem_grid, NEVER_S)
+                w = release_waits(now, *room, cfg.cpu_grid, cfg.mem_grid, NEVER_S)
             else:
-                prof, _ = self._plan(now, opp)
+                prof, _ = self._plan(now, opp, room)
                 w = [min(x, NEVER_S) for x in prof.wait_matrix(cfg.cpu_grid, cfg.mem_grid)]
-            if self.running:
-                # The plan holds until the first running task outlives its planned end.
-                self._revise_at = min((self._expected_end(a, now) for a in self.running.values()
-                                       if opp or not a.spec.opportunistic), default=float("inf"))
             self._waits, self._planned_at, self._avail = w, now, None
             self._matrix = np.array(w, dtype=np.float32)
             self._matrix_time = now
@@ -455,16 +451,21 @@ class PnState:
 
     def _room(self, now: float, include_opportunistic: bool) -> tuple[float, float, list]:
         """Free cpu and memory now and the (expected end, cpu, mem) of the running tasks that
-        hold their room; running opportunistic tasks count as free unless asked."""
+        hold their room; running opportunistic tasks count as free unless asked. A task past
+        its runtime estimate is expected to run on (PnConfig.overrun_factor)."""
         free_c, free_m = self.free_cpu, self.free_mem
         rel = []
+        overrun = self.cfg.overrun_factor
         for a in self.running.values():
             s = a.spec
             if s.opportunistic and not include_opportunistic:
                 free_c += s.cpu
                 free_m += s.mem_gb
-            else:
-                rel.append((self._expected_end(a, now), s.cpu, s.mem_gb))
+                continue
+            end = a.started_at + s.est_runtime_s
+            if end <= now:
+                end = now + overrun * (now - a.started_at) + 1e-3
+            rel.append((end, s.cpu, s.mem_gb))
         return free_c, free_m, rel
 
     def _heartbeat(self, now: float) -> list:

@@ -1,9 +1,10 @@
 """Hypothesis properties: matching, backfill, the wait matrix, water-filling."""
 import numpy as np
+import pytest
 from hypothesis import given, strategies as st
 
 from jm.matching import UNMATCHED, greedy_match, is_stable, stable_match
-from pn.queue import Profile
+from pn.queue import Profile, release_waits
 from pn.state import PnConfig, PnState
 from rm.tokens import water_fill
 
@@ -100,6 +101,15 @@ def test_bigger_shape_never_waits_less(run, queue):
     grid_c, grid_m = (1.0, 2.0, 4.0), (2.0, 4.0, 8.0, 16.0)
     m = np.array(prof.wait_matrix(grid_c, grid_m)).reshape(3, 4)
     assert np.all(np.diff(m, axis=0) >= 0) and np.all(np.diff(m, axis=1) >= 0)
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 40.0), st.sampled_from([0.5, 1.0, 2.0]), st.sampled_from([1.0, 4.0])),
+                max_size=5), st.floats(0.0, 4.0), st.floats(0.0, 16.0), st.floats(0.0, 10.0))
+def test_matrix_of_an_empty_queue_is_the_profiles(run, free_c, free_m, now):
+    """The no-queue shortcut reads the same waits as planning off the full profile."""
+    grid_c, grid_m = (1.0, 2.0, 4.0), (2.0, 4.0, 8.0, 16.0)
+    full = [min(w, 1e9) for w in Profile(now, free_c, free_m, list(run)).wait_matrix(grid_c, grid_m)]
+    assert release_waits(now, free_c, free_m, list(run), grid_c, grid_m, 1e9) == pytest.approx(full, abs=1e-9)
 
 
 @given(st.lists(st.floats(0.0, 100.0), min_size=1, max_size=12), st.floats(0.0, 300.0),
