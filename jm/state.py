@@ -308,26 +308,29 @@ class JmState:
     # ---- status ----------------------------------------------------------------
     def _on_status(self, msg: StatusBatch, now: float, rng, out: list) -> None:
         changed = False
+        n = self.n
+        attempt, state = self.attempt, self.state
         for r in msg.reports:
-            t = self._task_id(r.task)
-            if t < 0 or r.attempt != self.attempt[t]:
+            t = r.task
+            # (.item: a plain Python number, without making a numpy scalar first)
+            if not 0 <= t < n or r.attempt != attempt.item(t):
                 continue  # a stale attempt (duplicate, retried) or a stranger
-            cur = self.state[t]
+            cur = state.item(t)
             if cur != DISPATCHED and cur != RUNNING:
                 continue
             rs = r.state
             self.last_heard[t] = now
-            if rs == DISPATCHED:       # it had to queue there
+            if rs == DONE:
+                self.start_t[t] = r.t_start
+                self._task_done(t, r, msg.server, now, out)
+                changed = True
+            elif rs == DISPATCHED:       # it had to queue there
                 if cur == DISPATCHED and self.cfg.policy == "apollo" and self.cfg.overdue_slack_s > 0:
                     self.queued_seen[t] = True
                     self._watch_at = min(self._watch_at, float(self._deadlines(t)))
             elif rs == RUNNING:
-                self.state[t] = step(int(cur), "start")
+                state[t] = step(cur, "start")
                 self.start_t[t] = r.t_start
-            elif rs == DONE:
-                self.start_t[t] = r.t_start
-                self._task_done(t, r, msg.server, now, out)
-                changed = True
             elif rs == FAILED:
                 self.start_t[t] = r.t_start
                 self._attempt_over(t, now, out, "fail", r.detail or f"exit code {r.exit_code}",
@@ -347,30 +350,27 @@ class JmState:
                 self._sched_armed = True
                 out.append(SetTimer(0.0, "sched"))
 
-    def _task_id(self, t: int) -> int:
-        return t if 0 <= t < self.n else -1
-
-    def _free_slot(self, t: int) -> None:
-        cpu = self.stages[self.stage_of[t]].spec.cpu
-        if self.opp[t]:
+    def _free_slot(self, t: int, stage: "Stage | None" = None) -> None:
+        cpu = (stage or self.stages[self.stage_of.item(t)]).spec.cpu
+        if self.opp.item(t):
             self.outstanding_opp -= cpu
             self._opp_active.discard(t)
         else:
             self.used_tokens -= cpu
 
-    def _log_attempt(self, t: int, outcome: str, t_end: float, out: list) -> None:
-        st = self.stages[self.stage_of[t]]
-        out.append(Log("attempt", (self.job_id, st.index, t - st.offset, int(self.attempt[t]),
-                                   int(self.server[t]), int(self.locality[t]), float(self.ready_t[t]),
-                                   float(self.dispatch_t[t]), float(self.start_t[t]), float(t_end),
-                                   outcome, bool(self.opp[t]), st.spec.cpu, st.reps is not None)))
+    def _log_attempt(self, t: int, outcome: str, t_end: float, out: list, stage: "Stage | None" = None) -> None:
+        st = stage or self.stages[self.stage_of.item(t)]
+        out.append(Log("attempt", (self.job_id, st.index, t - st.offset, self.attempt.item(t),
+                                   self.server.item(t), self.locality.item(t), self.ready_t.item(t),
+                                   self.dispatch_t.item(t), self.start_t.item(t), float(t_end),
+                                   outcome, self.opp.item(t), st.spec.cpu, st.reps is not None)))
 
     def _task_done(self, t: int, r, server: int, now: float, out: list) -> None:
-        self.state[t] = step(int(self.state[t]), "finish")
-        self._free_slot(t)
-        self._log_attempt(t, "done", r.t_end, out)
-        st = self.stages[self.stage_of[t]]
-        io = self.cfg.io.io_time(float(st.in_bytes[t - st.offset]), int(self.locality[t]))
+        st = self.stages[self.stage_of.item(t)]
+        self.state[t] = step(self.state.item(t), "finish")
+        self._free_slot(t, st)
+        self._log_attempt(t, "done", r.t_end, out, st)
+        io = self.cfg.io.io_time(st.in_bytes.item(t - st.offset), self.locality.item(t))
         st.observe(max(0.0, (r.t_end - r.t_start) - io))
         self.done += 1
         st.remaining -= 1

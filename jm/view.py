@@ -11,6 +11,8 @@ import numpy as np
 
 from apollo.messages import ClusterView
 
+IDLE_CHECK_S = 0.01     # has_idle re-scans the lightly loaded servers at most this often
+
 
 class ViewCache:
     def __init__(self, servers: int, cpu_grid: tuple[float, ...], mem_grid: tuple[float, ...]) -> None:
@@ -31,6 +33,8 @@ class ViewCache:
         self.sent_wait = np.zeros(servers)
         self.sent_cpu = np.zeros(servers)
         self.sent_at = np.full(servers, -np.inf)
+        self._idle = False                           # has_idle's last finding, and when
+        self._idle_checked_at = -np.inf
 
     def record_dispatches(self, servers: np.ndarray, wait_s: np.ndarray, cpu: np.ndarray, now: float) -> None:
         """Note tasks sent now: ``wait_s`` expected busy seconds per core, ``cpu`` CPUs, per task."""
@@ -52,9 +56,15 @@ class ViewCache:
         return self.free_of_fits[fits] - self.pending_cpu(servers)
 
     def has_idle(self, now: float) -> bool:
-        """Whether any lightly loaded server has a CPU free now, as far as this host knows."""
+        """Whether any lightly loaded server has a CPU free now, as far as this host knows (a
+        finding at most IDLE_CHECK_S old: every placement pass of every JM asks, and the
+        lightly loaded list is a tenth of the cluster; the view itself is older than that)."""
+        if now - self._idle_checked_at < IDLE_CHECK_S:
+            return self._idle
         light = self.lightly_loaded
-        return bool(len(light)) and bool((self.free_cpu(light, now) >= 1.0 - 1e-9).any())
+        self._idle = bool(len(light)) and bool((self.free_cpu(light, now) >= 1.0 - 1e-9).any())
+        self._idle_checked_at = now
+        return self._idle
 
     def pending_cpu(self, servers) -> np.ndarray:
         return np.where(self.stamps[servers] <= self.sent_at[servers], self.sent_cpu[servers], 0.0)
@@ -79,6 +89,7 @@ class ViewCache:
         if len(v.lightly_loaded):
             self.lightly_loaded = v.lightly_loaded
         self.time = v.time
+        self._idle_checked_at = -np.inf              # a new view: look again
 
     def apply_row(self, server: int, matrix: np.ndarray, time: float) -> None:
         if time > self.stamps[server]:
