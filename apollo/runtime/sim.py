@@ -159,16 +159,12 @@ class SimRuntime:
         self._apply(addr, self.actors[addr].handle(event, self.now, self.rng))
 
     # ---- effects ------------------------------------------------------------------
-    def _delay(self) -> float:
-        """One message's network delay: base latency plus exponential jitter."""
-        i = self._next_delay
-        if i >= len(self._delays):
-            net = self.net
-            jitter = self._delay_rng.exponential(net.jitter_s, 1 << 16) if net.jitter_s > 0 else np.zeros(1 << 16)
-            self._delays = (jitter + net.latency_s).tolist()
-            i = 0
-        self._next_delay = i + 1
-        return self._delays[i]
+    def _draw_delays(self) -> None:
+        """Draw the next block of messages' network delays: base latency plus exponential jitter."""
+        net = self.net
+        jitter = self._delay_rng.exponential(net.jitter_s, 1 << 16) if net.jitter_s > 0 else np.zeros(1 << 16)
+        self._delays = (jitter + net.latency_s).tolist()
+        self._next_delay = 0
 
     def _send(self, to: str, msg: Any, extra_delay: float = 0.0) -> None:
         if self.net.loss and self._rand.random() < self.net.loss:
@@ -183,8 +179,13 @@ class SimRuntime:
             self._resolved[to] = dst
         self.messages += 1
         self.seq += 1
-        self.queue.push((self.now + self._delay() + extra_delay, self.seq, DELIVER, dst,
-                                   pack(msg) if self.wire else msg, self.epoch.get(dst, 0)))
+        i = self._next_delay             # this message's network delay: the next drawn
+        if i >= len(self._delays):
+            self._draw_delays()
+            i = 0
+        self._next_delay = i + 1
+        self.queue.push((self.now + self._delays[i] + extra_delay, self.seq, DELIVER, dst,
+                         pack(msg) if self.wire else msg, self.epoch.get(dst, 0)))
 
     def _apply(self, addr: str, effects: list) -> None:
         for e in effects:
