@@ -188,25 +188,28 @@ class SimRuntime:
                          pack(msg) if self.wire else msg, self.epoch.get(dst, 0)))
 
     def _apply(self, addr: str, effects: list) -> None:
+        if not effects:
+            return
+        now = self.now
+        push = self.queue.push
+        epoch = self.epoch.get(addr, 0)
         for e in effects:
             te = type(e)
             if te is Send:
                 self._send(e.to, e.msg)
             elif te is SetTimer:
-                self.seq += 1
-                self.timers[(addr, e.key)] = self.seq
-                self.queue.push((self.now + e.delay, self.seq, TIMER, addr, e.key,
-                                           self.epoch.get(addr, 0)))
+                self.seq = seq = self.seq + 1
+                self.timers[(addr, e.key)] = seq
+                push((now + e.delay, seq, TIMER, addr, e.key, epoch))
             elif te is Log:
-                self.log_sink(e.kind, e.data, self.now)
+                self.log_sink(e.kind, e.data, now)
             elif te is Launch:
                 dur, ok = self.task_model(addr, e.task, e.locality)
                 key = e.task.key
-                self.seq += 1
-                self.running[(addr, key)] = self.seq
-                self.queue.push((self.now + dur, self.seq, EXIT, addr,
-                                           TaskExited(key, ok, 0 if ok else 1, "" if ok else "task failed"),
-                                           self.epoch.get(addr, 0)))
+                self.seq = seq = self.seq + 1
+                self.running[(addr, key)] = seq
+                push((now + dur, seq, EXIT, addr,
+                      TaskExited(key, ok, 0 if ok else 1, "" if ok else "task failed"), epoch))
             elif te is Kill:
                 self.running.pop((addr, e.task_key), None)
             elif te is CancelTimer:
