@@ -463,7 +463,7 @@ class JmState:
         # Stable matching places at most one task per server slot per batch (one slot, or
         # ``depth`` for pipelined tasks): a larger batch would only cost rows pushed back unmatched.
         cap = cfg.max_batch if cfg.policy != "apollo" else \
-            min(cfg.max_batch, max(1, int(self.view.alive.sum())) * depth)
+            min(cfg.max_batch, max(1, self.view.alive_count) * depth)
         for _ in range(cfg.max_batches_per_pass):
             reg_room = self.tokens * depth - self.used_tokens
             opp_room = (cfg.opportunistic_factor * max(self.tokens, 1) - self.outstanding_opp) if allow_opp else 0.0

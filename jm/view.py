@@ -25,6 +25,7 @@ class ViewCache:
         self.stamps = np.full(servers, -np.inf)
         self.boot_times = np.zeros(servers)
         self.alive = np.ones(servers, dtype=bool)   # optimistic until the RM says otherwise
+        self.alive_count = servers                   # as of the last view (bounds batch sizes)
         self.lightly_loaded = np.arange(servers, dtype=np.int32)
         self.time = -np.inf                          # when the RM's last view was taken
         # The host's own dispatch ledger: work its JMs sent to each server after that server's
@@ -86,6 +87,7 @@ class ViewCache:
             self.stamps[newer] = v.stamps[newer]
         self.boot_times = np.maximum(self.boot_times, v.boot_times)
         self.alive = v.alive.astype(bool)
+        self.alive_count = int(self.alive.sum())
         if len(v.lightly_loaded):
             self.lightly_loaded = v.lightly_loaded
         self.time = v.time
