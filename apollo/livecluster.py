@@ -25,10 +25,20 @@ class ClusterError(RuntimeError):
     pass
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports. The probing sockets stay open until all are picked:
+    a port released at once can be handed out again to the next probe (two processes were
+    once given the same port)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _alive(pid: int) -> bool:
@@ -83,10 +93,11 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
     secret_path = folder / "secret"
     secret_path.write_text(secrets.token_hex(32))
     os.chmod(secret_path, 0o600)
-    processes = [{"role": "rm", "index": 0, "address": f"127.0.0.1:{_free_port()}"},
-                 {"role": "jm", "index": 0, "address": f"127.0.0.1:{_free_port()}"}]
+    ports = _free_ports(2 + procs)
+    processes = [{"role": "rm", "index": 0, "address": f"127.0.0.1:{ports[0]}"},
+                 {"role": "jm", "index": 0, "address": f"127.0.0.1:{ports[1]}"}]
     for k in range(procs):
-        processes.append({"role": "pn", "index": k, "address": f"127.0.0.1:{_free_port()}",
+        processes.append({"role": "pn", "index": k, "address": f"127.0.0.1:{ports[2 + k]}",
                           "pns": list(range(k * pns // procs, (k + 1) * pns // procs))})
     # One time origin for every process (CLOCK_MONOTONIC is machine-wide): the actors compare
     # timestamps taken in different processes, so they must share a clock.
