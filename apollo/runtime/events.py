@@ -44,7 +44,7 @@ class EventQueue:
         else:
             lst.append(entry)
 
-    def _advance(self) -> bool:
+    def advance(self) -> bool:
         """Make the next non-empty bucket current; False when there is none."""
         if not self.order:
             return False
@@ -55,7 +55,7 @@ class EventQueue:
         return True
 
     def peek_time(self) -> float:
-        if self.pos >= len(self.cur) and not self._advance():
+        if self.pos >= len(self.cur) and not self.advance():
             return float("inf")
         return self.cur[self.pos][0]
 
@@ -63,7 +63,7 @@ class EventQueue:
         pos = self.pos
         cur = self.cur
         if pos >= len(cur):
-            if not self._advance():
+            if not self.advance():
                 raise IndexError("pop from an empty event queue")
             pos, cur = 0, self.cur
         self.pos = pos + 1

@@ -106,8 +106,6 @@ class SimRuntime:
 
     def run(self, until: float = float("inf")) -> None:
         queue = self.queue
-        pop = queue.pop
-        peek = queue.peek_time
         actors = self.actors
         down = self.down
         wire = self.wire
@@ -123,11 +121,18 @@ class SimRuntime:
         gc_was = gc.isenabled()
         gc.disable()
         try:
-            bounded = until < float("inf")
-            while queue.size and not self.stopped:
-                if bounded and peek() > until:
+            # (EventQueue.pop, inlined: this loop runs once per event)
+            while not self.stopped:
+                pos = queue.pos
+                if pos >= len(queue.cur):
+                    if not queue.advance():
+                        break
+                    pos = 0
+                t, seq, kind, addr, item, epoch = queue.cur[pos]
+                if t > until:
                     break
-                t, seq, kind, addr, item, epoch = pop()
+                queue.pos = pos + 1
+                queue.size -= 1
                 self.now = t
                 events += 1
                 if kind == DELIVER:
