@@ -11,7 +11,7 @@ the job.
 """
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -94,6 +94,14 @@ class JmConfig:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"unknown scheduler {self.policy!r}; choose one of {', '.join(POLICIES)}")
+
+
+def _most_picked(servers: list[int]) -> int:
+    """How many times the most chosen server of ``servers`` is chosen (np.unique's count
+    costs ~60 us on a batch of 50; a set answers the usual "every one differs" in ~3 us)."""
+    if len(set(servers)) == len(servers):
+        return 1
+    return max(Counter(servers).values())
 
 
 class Stage:
@@ -612,8 +620,7 @@ class JmState:
             srv = cand[rows, best]
             fin = np.isfinite(C[rows, best])
             pick = srv[fin]
-            if cfg.max_rounds >= 1 and (len(pick) <= 1 or (
-                    len(np.unique(pick)) == len(pick) if cap == 1 else np.unique(pick, return_counts=True)[1].max() <= cap)):
+            if cfg.max_rounds >= 1 and (len(pick) <= 1 or _most_picked(pick.tolist()) <= cap):
                 srv = np.where(fin, srv, UNMATCHED)
                 wait = np.where(fin, W[rows, best], 0.0)
                 where = np.where(fin, loc[rows, best], REMOTE)

@@ -50,11 +50,21 @@ class ViewCache:
     def free_cpu(self, servers: np.ndarray, now: float) -> np.ndarray:
         """CPUs free at ``now`` per the servers' readings (largest grid shape with no wait, at the
         smallest memory), less what this host sent since those readings."""
-        age = now - self.stamps[servers]
+        return self._free_and_pending(servers, now)[0]
+
+    def _free_and_pending(self, servers: np.ndarray, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """(free_cpu, mine): ``mine`` marks servers whose reading predates this host's last send
+        there (the sends are not in the reading yet)."""
+        stamps = self.stamps[servers]
+        mine = stamps <= self.sent_at[servers]
         # Waits of the cpu shapes at the smallest memory; a bigger shape never waits less, so
-        # the shapes that fit now are a prefix and their count picks the free CPUs.
-        fits = (self.matrices[:, ::len(self.mem_grid)][servers] - age[..., None] <= 0.0).sum(axis=-1)
-        return self.free_of_fits[fits] - self.pending_cpu(servers)
+        # the shapes that fit now are a prefix and their count picks the free CPUs. (Whole rows
+        # are gathered, then sliced: a gather of contiguous rows is a copy per row.)
+        fits = (self.matrices[servers][..., ::len(self.mem_grid)] <= (now - stamps)[..., None]).sum(axis=-1)
+        free = self.free_of_fits[fits]
+        if mine.any():
+            free = free - np.where(mine, self.sent_cpu[servers], 0.0)
+        return free, mine
 
     def has_idle(self, now: float) -> bool:
         """Whether any lightly loaded server has a CPU free now, as far as this host knows (a
@@ -73,8 +83,10 @@ class ViewCache:
     def pending_wait(self, cand: np.ndarray, cpu: np.ndarray, now: float) -> np.ndarray:
         """Wait added by this host's own sends that the readings do not show yet: none while the
         server still has ``cpu`` free after them, else their expected work per core."""
-        sent = np.where(self.stamps[cand] <= self.sent_at[cand], self.sent_wait[cand], 0.0)
-        return np.where(self.free_cpu(cand, now) >= cpu[:, None] - 1e-9, 0.0, sent)
+        free, mine = self._free_and_pending(cand, now)
+        if not mine.any():
+            return np.zeros(cand.shape)
+        return np.where(mine & (free < cpu[:, None] - 1e-9), self.sent_wait[cand], 0.0)
 
     def apply_view(self, v: ClusterView) -> None:
         n = self.servers
