@@ -142,6 +142,7 @@ class PnState:
     def _on_dispatch(self, msg: Dispatch, now: float, rng) -> list:
         out: list = []
         refused = []
+        queued = False
         cfg = self.cfg
         for spec in msg.tasks:
             if not (0 < spec.cpu <= cfg.cores + 1e-9 and 0 < spec.mem_gb <= cfg.mem_gb + 1e-9):
@@ -152,13 +153,17 @@ class PnState:
             a = Attempt(spec, TaskState.DISPATCHED, now)
             if spec.opportunistic:
                 self.opp_queue.append(a)
+                queued = True
             elif not self.queue and spec.cpu <= self.free_cpu + 1e-9 and spec.mem_gb <= self.free_mem + 1e-9:
                 self._start(a, now, out, report=False)   # fast path: nothing ahead of it
-                continue
             else:
                 self.queue.append(a)
                 self._arm_queued_report(now, out)
+                queued = True
         self._matrix = None
+        if not (queued or refused or self.opp_queue):
+            self._changed_now(now, out)      # every task started: nothing to plan or report
+            return out
         reports: dict[int, list] = {}
         if refused:
             reports[msg.job_id] = refused
@@ -176,7 +181,8 @@ class PnState:
         out: list = []
         reports = {s.job_id: [TaskReport(s.job_id, s.task, s.attempt, int(a.state), a.started_at, now,
                                          ev.exit_code, ev.detail)]}
-        self._run_queues(now, rng, out, reports)
+        if self.queue or self.opp_queue:
+            self._run_queues(now, rng, out, reports)
         self._emit_reports(now, out, reports)
         return out
 
@@ -489,12 +495,16 @@ class PnState:
         out.append(SetTimer(nxt - now, "hb"))
         return out
 
-    def _emit_reports(self, now: float, out: list, reports: dict) -> None:
-        # Every handler that changes the queues ends here: make sure the RM hears soon.
+    def _changed_now(self, now: float, out: list) -> None:
+        """The queues changed: make sure the RM hears within heartbeat_s."""
         self._changed = True
         if now + self.cfg.heartbeat_s < self._hb_due:
             self._hb_due = now + self.cfg.heartbeat_s
             out.append(SetTimer(self.cfg.heartbeat_s, "hb"))
+
+    def _emit_reports(self, now: float, out: list, reports: dict) -> None:
+        # Every handler that changes the queues ends here.
+        self._changed_now(now, out)
         if not reports:
             return
         # Piggyback the last computed reading with its own timestamp rather than re-planning the
