@@ -57,7 +57,9 @@ class SimRuntime:
         self.epoch: dict[str, int] = {}
         self.down: set[str] = set()
         self.timers: dict[tuple, int] = {}
-        self.running: dict[tuple, int] = {}
+        # Running tasks' exits are queue entries; a killed task's entry is skipped when it comes
+        # up (kills are rare: the set stays small and a plain exit costs no lookup).
+        self.killed: set[tuple] = set()
         self.events = 0
         self.messages = 0
         self.dropped = 0
@@ -111,7 +113,7 @@ class SimRuntime:
         wire = self.wire
         epoch_of = self.epoch.get
         timers = self.timers
-        running = self.running
+        killed = self.killed
         rng = self.rng
         apply = self._apply
         events = 0
@@ -143,9 +145,11 @@ class SimRuntime:
                         item = unpack(item)
                     apply(addr, actors[addr].handle(item, t, rng))
                 elif kind == EXIT:
-                    if running.pop((addr, item.task_key), None) != seq or epoch_of(addr, 0) != epoch \
-                            or addr in down:
-                        continue  # killed, or the node crashed under it
+                    if epoch_of(addr, 0) != epoch or addr in down:
+                        continue  # the node crashed under it
+                    if killed and (addr, item.task_key) in killed:
+                        killed.discard((addr, item.task_key))
+                        continue
                     apply(addr, actors[addr].handle(item, t, rng))
                 elif kind == TIMER:
                     k = (addr, item)
@@ -214,11 +218,10 @@ class SimRuntime:
                 dur, ok = self.task_model(addr, e.task, e.locality)
                 key = e.task.key
                 self.seq = seq = self.seq + 1
-                self.running[(addr, key)] = seq
                 push((now + dur, seq, EXIT, addr,
                       TaskExited(key, ok, 0 if ok else 1, "" if ok else "task failed"), epoch))
             elif te is Kill:
-                self.running.pop((addr, e.task_key), None)
+                self.killed.add((addr, e.task_key))
             elif te is CancelTimer:
                 self.timers.pop((addr, e.key), None)
             elif te is Spawn:
