@@ -5,9 +5,16 @@ the matcher sees each (task, server) pair once.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from apollo.cluster import Topology
+
+
+@functools.lru_cache(maxsize=None)
+def _repeat_columns(width: int, times: int) -> np.ndarray:
+    return np.repeat(np.arange(width), times)
 
 
 def candidate_rows(reps: np.ndarray, topo: Topology, lightly_loaded: np.ndarray, rng,
@@ -19,12 +26,11 @@ def candidate_rows(reps: np.ndarray, topo: Topology, lightly_loaded: np.ndarray,
     # One draw for every random choice (numpy's per-call cost dominates small batches).
     u = rng.random((B, 2 * R + n_light))
     # Servers in the replicas' racks (random members); tasks with no input get random servers.
-    racks = topo.rack_of[np.maximum(reps, 0)]
-    racks_rep = np.repeat(racks, per_rack, axis=1)
-    size = topo.rack_size[racks_rep]
-    in_rack = topo.rack_start[racks_rep] + (u[:, :R] * size).astype(np.int64)
+    cols = _repeat_columns(reps.shape[1], per_rack)      # each replica's column, per_rack times
+    racks_rep = topo.rack_of[np.maximum(reps, 0)[:, cols]]
+    in_rack = topo.rack_start[racks_rep] + (u[:, :R] * topo.rack_size[racks_rep]).astype(np.int64)
     anywhere = (u[:, R:2 * R] * topo.servers).astype(np.int64)
-    in_rack = np.where(np.repeat(has, per_rack, axis=1), in_rack, anywhere)
+    in_rack = np.where(has[:, cols], in_rack, anywhere)
     pool = len(lightly_loaded) or topo.servers
     light = (u[:, 2 * R:] * pool).astype(np.int64)
     if len(lightly_loaded):

@@ -29,11 +29,16 @@ class EstimateConfig:
 def localities(cand: np.ndarray, reps: np.ndarray, rack_of: np.ndarray) -> np.ndarray:
     """uint8[B, K]: NODE/RACK/REMOTE of each candidate for each task (reps -1: no input)."""
     has = reps[:, 0] >= 0
-    node = (cand[:, :, None] == reps[:, None, :]).any(axis=2)
     rc = rack_of[cand]
     rr = np.where(reps >= 0, rack_of[np.maximum(reps, 0)], -1)
-    rack = (rc[:, :, None] == rr[:, None, :]).any(axis=2)
-    loc = np.where(node, NODE, np.where(rack, RACK, REMOTE)).astype(np.uint8)
+    # One comparison per replica column (3): cheaper than a [B, K, 3] temporary and a reduction.
+    node = cand == reps[:, :1]
+    rack = rc == rr[:, :1]
+    for j in range(1, reps.shape[1]):
+        node |= cand == reps[:, j:j + 1]
+        rack |= rc == rr[:, j:j + 1]
+    # A replica's server is in the replica's rack, so node implies rack: REMOTE - rack - node.
+    loc = REMOTE - rack.view(np.uint8) - node.view(np.uint8)
     loc[~has] = REMOTE
     return loc
 
