@@ -324,12 +324,6 @@ class PnState:
         self.free_mem += a.spec.mem_gb
         self._matrix = None
 
-    def _expected_end(self, a: Attempt, now: float) -> float:
-        end = a.started_at + a.spec.est_runtime_s
-        if end > now:
-            return end
-        return now + self.cfg.overrun_factor * (now - a.started_at) + 1e-3
-
     def _plan(self, now: float, include_opportunistic: bool = False,
               room: tuple | None = None) -> tuple[Profile, list[float]]:
         """Plan the regular queue onto the profile of ``room`` (from ``_room``; made if not given)."""
