@@ -1,5 +1,6 @@
 """The simulator's calendar queue pops exactly in a binary heap's order."""
 import heapq
+import math
 
 from hypothesis import given, settings, strategies as st
 
@@ -21,8 +22,8 @@ def test_pops_in_heap_order(script, width):
                 assert len(q) == 0
                 continue
             want = heapq.heappop(heap)
-            assert q.peek_time() == want[0]
-            got = q.pop()
+            assert q.pop_due(math.nextafter(want[0], -math.inf)) is None   # not due yet: nothing taken
+            got = q.pop_due(want[0])
             assert got == want
             now = got[0]
         else:
@@ -32,12 +33,12 @@ def test_pops_in_heap_order(script, width):
             heapq.heappush(heap, e)
         assert len(q) == len(heap)
     while heap:
-        assert q.pop() == heapq.heappop(heap)
-    assert q.peek_time() == float("inf")
+        assert q.pop_due() == heapq.heappop(heap)
+    assert q.pop_due() is None and len(q) == 0
 
 
 def test_same_time_pops_in_push_order():
     q = EventQueue()
     for i in range(5):
         q.push((1.0, i, "x"))
-    assert [q.pop()[1] for _ in range(5)] == list(range(5))
+    assert [q.pop_due()[1] for _ in range(5)] == list(range(5))

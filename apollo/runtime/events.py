@@ -54,18 +54,17 @@ class EventQueue:
         self.cur, self.pos, self.cur_bucket = lst, 0, b
         return True
 
-    def peek_time(self) -> float:
-        if self.pos >= len(self.cur) and not self.advance():
-            return float("inf")
-        return self.cur[self.pos][0]
-
-    def pop(self) -> tuple:
+    def pop_due(self, until: float = float("inf")) -> tuple | None:
+        """The next entry if it is due by ``until``; None (and nothing taken) otherwise."""
         pos = self.pos
         cur = self.cur
         if pos >= len(cur):
             if not self.advance():
-                raise IndexError("pop from an empty event queue")
+                return None
             pos, cur = 0, self.cur
+        entry = cur[pos]
+        if entry[0] > until:
+            return None
         self.pos = pos + 1
         self.size -= 1
-        return cur[pos]
+        return entry

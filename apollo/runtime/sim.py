@@ -123,18 +123,12 @@ class SimRuntime:
         gc_was = gc.isenabled()
         gc.disable()
         try:
-            # (EventQueue.pop, inlined: this loop runs once per event)
+            pop_due = queue.pop_due
             while not self.stopped:
-                pos = queue.pos
-                if pos >= len(queue.cur):
-                    if not queue.advance():
-                        break
-                    pos = 0
-                t, seq, kind, addr, item, epoch = queue.cur[pos]
-                if t > until:
+                entry = pop_due(until)
+                if entry is None:
                     break
-                queue.pos = pos + 1
-                queue.size -= 1
+                t, seq, kind, addr, item, epoch = entry
                 self.now = t
                 events += 1
                 if kind == DELIVER:
