@@ -1,6 +1,6 @@
 """SimRuntime: a discrete-event kernel that carries out actors' effects.
 
-An event queue (apollo.runtime.events) of ``(time, seq, kind, address, item,
+An event queue (apollo.runtime.events) of ``(time, seq, kind, node, item,
 epoch)``; ``seq`` breaks ties, so a run is a pure function of its inputs and seed. Every message crosses a
 modelled network (latency with jitter, optional loss) and, unless ``wire`` is
 off, is packed to MessagePack bytes and decoded on arrival, so the protocol
@@ -33,12 +33,29 @@ class NetModel:
     loss: float = 0.0             # probability a message is dropped
 
 
+class _Node:
+    """One address of the simulated cluster: its actor, its incarnation and its timers. Queue
+    entries point at the node itself, so delivering costs no lookup by address."""
+    __slots__ = ("address", "actor", "handle", "epoch", "up", "timers")
+
+    def __init__(self, address: str, actor: Any) -> None:
+        self.address = address
+        self.epoch = 0
+        self.up = True
+        self.timers: dict = {}            # key -> seq of the entry that fires it
+        self.set_actor(actor)
+
+    def set_actor(self, actor: Any) -> None:
+        self.actor = actor
+        self.handle = actor.handle
+
+
 class SimRuntime:
     def __init__(self, seed: int = 0, net: NetModel | None = None, wire: bool = True,
                  task_model: Callable | None = None, log_sink: Callable | None = None) -> None:
         self.now = 0.0
-        # Entries: (time, seq, kind, address, item, epoch). A timer's or a task exit's token is
-        # its entry's own seq; ``epoch`` is the address's incarnation when the entry was made.
+        # Entries: (time, seq, kind, node, item, epoch). A timer's or a task exit's token is
+        # its entry's own seq; ``epoch`` is the node's incarnation when the entry was made.
         self.queue = EventQueue()
         self.seq = 0
         self.rng = np.random.default_rng(seed)           # handed to actors
@@ -52,11 +69,9 @@ class SimRuntime:
         self.task_model = task_model
         self.log_sink = log_sink or (lambda kind, data, now: None)
         self.actors: dict[str, Any] = {}
+        self.nodes: dict[str, _Node] = {}
         self.routes: dict[str, str] = {}                  # address prefix -> actor address ("jm" -> "jmhost")
-        self._resolved: dict[str, str] = {}               # address -> actor address, as resolved
-        self.epoch: dict[str, int] = {}
-        self.down: set[str] = set()
-        self.timers: dict[tuple, int] = {}
+        self._resolved: dict[str, _Node] = {}             # address -> its node, as resolved
         # Running tasks' exits are queue entries; a killed task's entry is skipped when it comes
         # up (kills are rare: the set stays small and a plain exit costs no lookup).
         self.killed: set[tuple] = set()
@@ -68,10 +83,14 @@ class SimRuntime:
     # ---- wiring ----------------------------------------------------------------
     def add(self, address: str, actor: Any, start: bool = True) -> None:
         self.actors[address] = actor
-        self.epoch.setdefault(address, 0)
+        node = self.nodes.get(address)
+        if node is None:
+            self.nodes[address] = _Node(address, actor)
+        else:
+            node.set_actor(actor)
         self._resolved.clear()
         if start:
-            self._push(self.now, CALL, "", lambda: self._deliver_local(address, Start()))
+            self._push(self.now, CALL, None, lambda: self._deliver_local(address, Start()))
 
     def route_prefix(self, prefix: str, address: str) -> None:
         self.routes[prefix] = address
@@ -83,18 +102,27 @@ class SimRuntime:
         p = address.split(":", 1)[0]
         return self.routes.get(p, address)
 
+    @property
+    def down(self) -> set[str]:
+        return {a for a, n in self.nodes.items() if not n.up}
+
     def call_at(self, t: float, fn: Callable[[], None]) -> None:
-        self._push(t, CALL, "", fn)
+        self._push(t, CALL, None, fn)
 
     def crash(self, address: str) -> None:
         """The node dies: its state, timers, queued messages and running tasks are lost."""
-        self.down.add(address)
-        self.epoch[address] = self.epoch.get(address, 0) + 1
+        node = self.nodes[address]
+        node.up = False
+        node.epoch += 1
+        node.timers.clear()
 
     def restart(self, address: str, actor: Any) -> None:
-        self.down.discard(address)
-        self.epoch[address] = self.epoch.get(address, 0) + 1
+        node = self.nodes[address]
+        node.up = True
+        node.epoch += 1
+        node.timers.clear()
         self.actors[address] = actor
+        node.set_actor(actor)
         self._deliver_local(address, Start())
 
     def inject(self, to: str, msg: Any, delay: float = 0.0) -> None:
@@ -102,17 +130,12 @@ class SimRuntime:
         self._send(to, msg, delay)
 
     # ---- the loop ----------------------------------------------------------------
-    def _push(self, t: float, kind: int, addr: str, item: Any, epoch: int = 0) -> None:
+    def _push(self, t: float, kind: int, node: "_Node | None", item: Any, epoch: int = 0) -> None:
         self.seq += 1
-        self.queue.push((t, self.seq, kind, addr, item, epoch))
+        self.queue.push((t, self.seq, kind, node, item, epoch))
 
     def run(self, until: float = float("inf")) -> None:
-        queue = self.queue
-        actors = self.actors
-        down = self.down
         wire = self.wire
-        epoch_of = self.epoch.get
-        timers = self.timers
         killed = self.killed
         rng = self.rng
         apply = self._apply
@@ -120,48 +143,44 @@ class SimRuntime:
         # A run makes millions of short-lived objects (messages, effects, queue entries) and no
         # cyclic garbage (reference counting frees everything), but the cycle collector kept
         # scanning the ~100,000 entries waiting in the queue: ~15% of a run. Off while it runs.
+        if self.stopped:
+            return
         gc_was = gc.isenabled()
         gc.disable()
         try:
-            pop_due = queue.pop_due
-            while not self.stopped:
-                entry = pop_due(until)
-                if entry is None:
-                    break
-                t, seq, kind, addr, item, epoch = entry
+            for t, seq, kind, node, item, epoch in self.queue.drain(until):
                 self.now = t
                 events += 1
                 if kind == DELIVER:
-                    if epoch_of(addr, 0) != epoch or addr in down:
-                        self.dropped += 1
-                        continue
-                    if wire:
-                        item = unpack(item)
-                    apply(addr, actors[addr].handle(item, t, rng))
+                    if node.epoch != epoch or not node.up:
+                        self.dropped += 1           # the node crashed (or is down) since
+                    else:
+                        apply(node, node.handle(unpack(item) if wire else item, t, rng))
                 elif kind == EXIT:
-                    if epoch_of(addr, 0) != epoch or addr in down:
-                        continue  # the node crashed under it
-                    if killed and (addr, item.task_key) in killed:
-                        killed.discard((addr, item.task_key))
-                        continue
-                    apply(addr, actors[addr].handle(item, t, rng))
+                    if node.epoch != epoch or not node.up:
+                        pass                        # the node crashed under it
+                    elif killed and (node.address, item.task_key) in killed:
+                        killed.discard((node.address, item.task_key))
+                    else:
+                        apply(node, node.handle(item, t, rng))
                 elif kind == TIMER:
-                    k = (addr, item)
-                    if timers.get(k) != seq or epoch_of(addr, 0) != epoch:
-                        continue  # re-set or cancelled since, or the node restarted
-                    del timers[k]
-                    apply(addr, actors[addr].handle(Timer(item), t, rng))
+                    timers = node.timers
+                    if timers.get(item) == seq and node.epoch == epoch:   # not re-set or cancelled since
+                        del timers[item]
+                        apply(node, node.handle(Timer(item), t, rng))
                 else:
                     item()
+                if self.stopped:
+                    break
         finally:
             self.events += events
             if gc_was:
                 gc.enable()
 
     def _deliver_local(self, addr: str, event: Any) -> None:
-        if addr in self.down:
-            return
-        self._apply(addr, self.actors[addr].handle(event, self.now, self.rng))
+        node = self.nodes[addr]
+        if node.up:
+            self._apply(node, node.handle(event, self.now, self.rng))
 
     # ---- effects ------------------------------------------------------------------
     def _draw_delays(self) -> None:
@@ -175,13 +194,13 @@ class SimRuntime:
         if self.net.loss and self._rand.random() < self.net.loss:
             self.dropped += 1
             return
-        dst = self._resolved.get(to)
-        if dst is None:
-            dst = self.resolve(to)
-            if dst not in self.actors:
+        node = self._resolved.get(to)
+        if node is None:
+            node = self.nodes.get(self.resolve(to))
+            if node is None:
                 self.log_sink("warn", (f"message to unknown address {to!r}",), self.now)
                 return
-            self._resolved[to] = dst
+            self._resolved[to] = node
         self.messages += 1
         self.seq += 1
         i = self._next_delay             # this message's network delay: the next drawn
@@ -189,36 +208,35 @@ class SimRuntime:
             self._draw_delays()
             i = 0
         self._next_delay = i + 1
-        self.queue.push((self.now + self._delays[i] + extra_delay, self.seq, DELIVER, dst,
-                         pack(msg) if self.wire else msg, self.epoch.get(dst, 0)))
+        self.queue.push((self.now + self._delays[i] + extra_delay, self.seq, DELIVER, node,
+                         pack(msg) if self.wire else msg, node.epoch))
 
-    def _apply(self, addr: str, effects: list) -> None:
+    def _apply(self, node: _Node, effects: list) -> None:
         if not effects:
             return
         now = self.now
         push = self.queue.push
-        epoch = self.epoch.get(addr, 0)
+        epoch = node.epoch
         for e in effects:
             te = type(e)
             if te is Send:
                 self._send(e.to, e.msg)
             elif te is SetTimer:
                 self.seq = seq = self.seq + 1
-                self.timers[(addr, e.key)] = seq
-                push((now + e.delay, seq, TIMER, addr, e.key, epoch))
+                node.timers[e.key] = seq
+                push((now + e.delay, seq, TIMER, node, e.key, epoch))
             elif te is Log:
                 self.log_sink(e.kind, e.data, now)
             elif te is Launch:
-                dur, ok = self.task_model(addr, e.task, e.locality)
-                key = e.task.key
+                dur, ok = self.task_model(node.address, e.task, e.locality)
                 self.seq = seq = self.seq + 1
-                push((now + dur, seq, EXIT, addr,
-                      TaskExited(key, ok, 0 if ok else 1, "" if ok else "task failed"), epoch))
+                push((now + dur, seq, EXIT, node,
+                      TaskExited(e.task.key, ok, 0 if ok else 1, "" if ok else "task failed"), epoch))
             elif te is Kill:
-                self.killed.add((addr, e.task_key))
+                self.killed.add((node.address, e.task_key))
             elif te is CancelTimer:
-                self.timers.pop((addr, e.key), None)
+                node.timers.pop(e.key, None)
             elif te is Spawn:
                 self.add(e.address, e.actor)
             else:
-                raise TypeError(f"actor {addr} returned an unknown effect {e!r}")
+                raise TypeError(f"actor {node.address} returned an unknown effect {e!r}")
