@@ -188,6 +188,7 @@ class JmState:
         self.state[:] = int(S.PENDING)
         self.locality[:] = REMOTE
         self.server = np.full(n, -1, dtype=np.int64)
+        self._sent: list = [None] * n           # each task's last attempt as sent (its TaskSpec)
         self._watch_at = np.inf                 # no queued task can be overdue before then
         self.used_tokens = 0.0
         self.outstanding_opp = 0.0
@@ -317,26 +318,29 @@ class JmState:
     def _on_status(self, msg: StatusBatch, now: float, rng, out: list) -> None:
         changed = False
         n = self.n
-        attempt, state = self.attempt, self.state
+        sent, state = self._sent, self.state
         for r in msg.reports:
             t = r.task
+            if not 0 <= t < n:
+                continue  # a stranger
+            spec = sent[t]
+            if spec is None or r.attempt != spec.attempt:
+                continue  # a stale attempt (duplicate, retried)
             # (.item: a plain Python number, without making a numpy scalar first)
-            if not 0 <= t < n or r.attempt != attempt.item(t):
-                continue  # a stale attempt (duplicate, retried) or a stranger
             cur = state.item(t)
             if cur != DISPATCHED and cur != RUNNING:
                 continue
             rs = r.state
-            self.last_heard[t] = now
             if rs == DONE:
-                self.start_t[t] = r.t_start
-                self._task_done(t, r, msg.server, now, out)
+                self._task_done(t, cur, spec, r, msg.server, now, out)
                 changed = True
             elif rs == DISPATCHED:       # it had to queue there
+                self.last_heard[t] = now
                 if cur == DISPATCHED and self.cfg.policy == "apollo" and self.cfg.overdue_slack_s > 0:
                     self.queued_seen[t] = True
                     self._watch_at = min(self._watch_at, float(self._deadlines(t)))
             elif rs == RUNNING:
+                self.last_heard[t] = now
                 state[t] = step(cur, "start")
                 self.start_t[t] = r.t_start
             elif rs == FAILED:
@@ -373,13 +377,25 @@ class JmState:
                                    self.dispatch_t.item(t), self.start_t.item(t), float(t_end),
                                    outcome, self.opp.item(t), st.spec.cpu, st.reps is not None)))
 
-    def _task_done(self, t: int, r, server: int, now: float, out: list) -> None:
-        st = self.stages[self.stage_of.item(t)]
-        self.state[t] = step(self.state.item(t), "finish")
-        self._free_slot(t, st)
-        self._log_attempt(t, "done", r.t_end, out, st)
-        io = self.cfg.io.io_time(st.in_bytes.item(t - st.offset), self.locality.item(t))
-        st.observe(max(0.0, (r.t_end - r.t_start) - io))
+    def _task_done(self, t: int, cur: int, spec: TaskSpec, r, server: int, now: float, out: list) -> None:
+        """Attempt ``spec`` of task ``t`` (in state ``cur``) succeeded on ``server``. Every
+        completion runs this: it reads the attempt's own TaskSpec (what the JM sent) rather than
+        a dozen per-task columns, each a cache miss of its own in a cluster-sized run."""
+        st = self.stages[spec.stage]
+        self.state[t] = step(cur, "finish")
+        cpu = spec.cpu
+        opp = self._opp_active and t in self._opp_active
+        if opp:
+            self.outstanding_opp -= cpu
+            self._opp_active.discard(t)
+        else:
+            self.used_tokens -= cpu
+        loc = spec.locality
+        offset = st.offset
+        out.append(Log("attempt", (self.job_id, st.index, t - offset, spec.attempt, server, loc,
+                                   self.ready_t.item(t), self.dispatch_t.item(t), r.t_start, float(r.t_end),
+                                   "done", bool(opp), cpu, st.reps is not None)))
+        st.observe(max(0.0, (r.t_end - r.t_start) - self.cfg.io.io_time(spec.input_bytes, loc)))
         self.done += 1
         st.remaining -= 1
         if st.remaining == 0:
@@ -552,7 +568,10 @@ class JmState:
         return est.localities(srv[:, None], reps, self.cfg.topology.rack_of)[:, 0]
 
     def _has_ready(self) -> bool:
-        return any(st.ready for st in self.stages)
+        for st in self.stages:
+            if st.ready:
+                return True
+        return False
 
     def _depth(self, st: Stage) -> int:
         """Tasks of ``st`` one token may have in flight: 1, or more for pipelined short tasks
@@ -795,6 +814,7 @@ class JmState:
             self._watch_at = min(self._watch_at, float(self._silence_limits(ids).min()))
         by_server: dict[int, list] = {}
         job_id = self.job_id
+        sent = self._sent
         opp = [False] * n_reg + [True] * (n - n_reg)
         if single:
             st = stages[0]
@@ -806,7 +826,7 @@ class JmState:
                                                  opp, self.attempt[ids].tolist(),
                                                  spec.durations_s[local].astype(float, copy=False).tolist(),
                                                  st.in_bytes[local].astype(float, copy=False).tolist()):
-                task = TaskSpec(job_id, t, a, 0, c, mem, d, b, loc, rt, o, cmd, env, cwd, tmo, limit)
+                sent[t] = task = TaskSpec(job_id, t, a, 0, c, mem, d, b, loc, rt, o, cmd, env, cwd, tmo, limit)
                 q = by_server.get(s)
                 if q is None:
                     by_server[s] = [task]
@@ -818,10 +838,11 @@ class JmState:
                 st = stages[si]
                 spec = st.spec
                 i = t - st.offset
-                by_server.setdefault(s, []).append(TaskSpec(
+                sent[t] = task = TaskSpec(
                     job_id, t, a, si, spec.cpu, spec.mem_gb, float(spec.durations_s[i]),
                     float(st.in_bytes[i]), loc, rt, o, spec.command, spec.env, spec.cwd, spec.timeout_s,
-                    spec.command is not None))
+                    spec.command is not None)
+                by_server.setdefault(s, []).append(task)
         for s, tasks in by_server.items():
             out.append(Send(f"pn:{s}", Dispatch(self.job_id, tasks)))
         return n
