@@ -51,7 +51,8 @@ class TaskTruth:
     def __init__(self, cfg: SimConfig, topo: Topology) -> None:
         rng = np.random.default_rng(cfg.seed + 7)
         self.slow = np.where(rng.random(topo.servers) < cfg.slow_fraction, cfg.slow_factor, 1.0)
-        self.slow_at = {f"pn:{s}": f for s, f in enumerate(self.slow.tolist())}   # by PN address
+        # By PN address; empty when no server is slow (the usual case: no lookup per task).
+        self.slow_at = {f"pn:{s}": f for s, f in enumerate(self.slow.tolist()) if f != 1.0}
         self.io = cfg.io
         self.init_s = cfg.io.init_s
         self.bandwidth = cfg.io.bandwidths().tolist()          # by locality
@@ -60,7 +61,8 @@ class TaskTruth:
 
     def __call__(self, address: str, task, locality: int) -> tuple[float, bool]:
         # (io.io_time, inlined: this runs once per task attempt)
-        dur = task.duration_s * self.slow_at[address] + self.init_s + task.input_bytes / self.bandwidth[locality]
+        dur = task.duration_s * (self.slow_at.get(address, 1.0) if self.slow_at else 1.0) + self.init_s \
+            + task.input_bytes / self.bandwidth[locality]
         if self.fail_prob and self.rand.random() < self.fail_prob:
             return dur * self.rand.random(), False
         return dur, True

@@ -93,3 +93,17 @@ def test_job_done_forwarded_and_store_survives_restart(tmp_path):
     starts = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StartJob)]
     assert [s.job_id for s in starts] == [1] and starts[0].spec.name == "b"
     assert r2.next_job_id == 2
+
+
+def test_heartbeats_in_one_list_fold_in_as_one_at_a_time():
+    """The simulator hands the RM the heartbeats of a batch window as one list: late, stale
+    and unknown-server readings must come out exactly as delivered one by one."""
+    batch = [hb(0, 1.0, 3.0), hb(1, 1.0, 1.0), hb(0, 0.5, 9.0), hb(9, 1.0), hb(1, 1.2, 2.0, boot=1.1),
+             hb(3, 1.0, 4.0)]
+    one, many = rm(), rm()
+    out_one = [e for h in batch for e in one.handle(h, 1.3, Rng())]
+    out_many = many.handle(batch, 1.3, Rng())
+    assert [e.data for e in out_many] == [e.data for e in out_one] == [("heartbeat from unknown server 9",)]
+    for a in ("matrices", "stamps", "boot_times", "alive"):
+        assert np.array_equal(getattr(one, a), getattr(many, a)), a
+    assert many.matrices[0, 0] == 3.0 and many.matrices[1, 0] == 2.0 and many.boot_times[1] == 1.1

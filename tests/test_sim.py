@@ -73,3 +73,30 @@ def test_real_trace_slice(traces):
     w = load_workload(str(traces / "FB-2009_samples_24_times_1hr_0_first50jobs.tsv"), cluster_servers=50)
     r = run_simulation(w, SimConfig(servers=50, racks=5, seed=1))
     assert r["jobs"]["completed"] == 50
+
+
+def test_batched_messages_arrive_together_in_order_and_die_with_a_crash():
+    from apollo.messages import KillTask
+    from apollo.runtime.sim import BATCH_WINDOW_S, NetModel, SimRuntime
+
+    class Sink:
+        batched = (KillTask,)
+
+        def __init__(self):
+            self.got = []
+
+        def handle(self, event, now, rng):
+            self.got.append((now, event))
+            return []
+
+    rt = SimRuntime(seed=1, net=NetModel(latency_s=0.0002, jitter_s=0.0))
+    sink = Sink()
+    rt.add("sink", sink, start=False)
+    for i in range(3):
+        rt.inject("sink", KillTask(1, i, 0))                    # one window: one list, in order
+    rt.call_at(0.0001, lambda: rt.crash("sink"))                 # ...lost with the crash
+    rt.call_at(0.0002, lambda: rt.restart("sink", sink))
+    rt.call_at(0.01, lambda: [rt.inject("sink", KillTask(1, i, 0)) for i in (7, 8)])
+    rt.run()
+    lists = [(t, [m.task for m in ev]) for t, ev in sink.got if isinstance(ev, list)]
+    assert lists == [(pytest.approx(0.010 + BATCH_WINDOW_S), [7, 8])]
