@@ -106,6 +106,6 @@ class ViewCache:
         self._idle_checked_at = -np.inf              # a new view: look again
 
     def apply_row(self, server: int, matrix: np.ndarray, time: float) -> None:
-        if time > self.stamps[server]:
+        if time > self.stamps.item(server):
             self.matrices[server] = matrix
             self.stamps[server] = time

@@ -79,7 +79,7 @@ class SimRuntime:
         self.actors: dict[str, Any] = {}
         self.nodes: dict[str, _Node] = {}
         self.routes: dict[str, str] = {}                  # address prefix -> actor address ("jm" -> "jmhost")
-        self._resolved: dict[str, _Node] = {}             # address -> its node, as resolved
+        self._routed: dict[str, _Node] = {}               # address prefix -> its route's node
         # Running tasks' exits are queue entries; a killed task's entry is skipped when it comes
         # up (kills are rare: the set stays small and a plain exit costs no lookup).
         self.killed: set[tuple] = set()
@@ -96,19 +96,34 @@ class SimRuntime:
             self.nodes[address] = _Node(address, actor)
         else:
             node.set_actor(actor)
-        self._resolved.clear()
+        self._routed.clear()
         if start:
             self._push(self.now, CALL, None, lambda: self._deliver_local(address, Start()))
 
     def route_prefix(self, prefix: str, address: str) -> None:
         self.routes[prefix] = address
-        self._resolved.clear()
+        self._routed.clear()
 
     def resolve(self, address: str) -> str:
         if address in self.actors:
             return address
         p = address.split(":", 1)[0]
         return self.routes.get(p, address)
+
+    def _node_for(self, to: str) -> "_Node | None":
+        """The node a message to ``to`` goes to: its own, or its prefix route's ("jm:42" ->
+        the JM host), cached by prefix (per address, the cache would grow by one per job)."""
+        node = self.nodes.get(to)
+        if node is None:
+            prefix = to.partition(":")[0]
+            node = self._routed.get(prefix)
+            if node is None:
+                node = self.nodes.get(self.routes.get(prefix, ""))
+                if node is None:
+                    self.log_sink("warn", (f"message to unknown address {to!r}",), self.now)
+                    return None
+                self._routed[prefix] = node
+        return node
 
     @property
     def down(self) -> set[str]:
@@ -208,13 +223,9 @@ class SimRuntime:
         if self.net.loss and self._rand.random() < self.net.loss:
             self.dropped += 1
             return
-        node = self._resolved.get(to)
+        node = self.nodes.get(to) or self._node_for(to)
         if node is None:
-            node = self.nodes.get(self.resolve(to))
-            if node is None:
-                self.log_sink("warn", (f"message to unknown address {to!r}",), self.now)
-                return
-            self._resolved[to] = node
+            return
         self.messages += 1
         self.seq += 1
         i = self._next_delay             # this message's network delay: the next drawn
