@@ -96,7 +96,7 @@ class PnState:
     batch_exits = True
     # (slots: 20,000 of these in a simulation, each touched at random; no per-object dict)
     __slots__ = ("server", "cfg", "boot_time", "queue", "opp_queue", "running", "free_cpu", "free_mem",
-                 "_matrix", "_matrix_time", "_waits", "_planned_at", "_avail", "_last_matrix", "_hb_due",
+                 "_matrix", "_matrix_time", "_waits", "_planned_at", "_avail", "_last_m", "_last_t", "_hb_due",
                  "_changed", "_quiet_due", "_revise_at", "_queued_due")
 
     def __init__(self, server: int, config: PnConfig) -> None:
@@ -113,7 +113,8 @@ class PnState:
         self._waits: list[float] = []           # the last planned waits, from _planned_at
         self._planned_at = 0.0
         self._avail: np.ndarray | None = None   # absolute start times of the shapes, made on demand
-        self._last_matrix: tuple | None = None  # the last planned reading, kept across changes
+        self._last_m: np.ndarray | None = None  # the last planned reading, kept across changes,
+        self._last_t = 0.0                      # and when it was planned
         self._hb_due = float("inf")             # when the armed heartbeat timer fires
         self._changed = True                    # the queues changed since the last heartbeat
         self._quiet_due = 0.0                   # a heartbeat is due by then even if nothing changes
@@ -445,7 +446,7 @@ class PnState:
             self._waits, self._planned_at, self._avail = w, now, None
             self._matrix = np.array(w, dtype=np.float32)
             self._matrix_time = now
-            self._last_matrix = (self._matrix, now)
+            self._last_m, self._last_t = self._matrix, now
         elif self._matrix_time != now:
             if self._avail is None:
                 self._avail = np.array(self._waits) + self._planned_at   # when each shape could start
@@ -508,10 +509,10 @@ class PnState:
         # Piggyback the last computed reading with its own timestamp rather than re-planning the
         # queue on every report (unless fresh_reports): the heartbeat due within heartbeat_s
         # carries a fresh one.
-        if self._matrix is None and (self._last_matrix is None or (
-                self.cfg.fresh_reports and now - self._last_matrix[1] >= self.cfg.replan_after_s)):
+        if self._matrix is None and (self._last_m is None or (
+                self.cfg.fresh_reports and now - self._last_t >= self.cfg.replan_after_s)):
             self.matrix(now)
-        m, t = (self._matrix, self._matrix_time) if self._matrix is not None else self._last_matrix
+        m, t = (self._matrix, self._matrix_time) if self._matrix is not None else (self._last_m, self._last_t)
         for job_id, reps in reports.items():
             out.append(Send(f"jm:{job_id}", StatusBatch(job_id, self.server, reps, m, t)))
 
