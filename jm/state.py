@@ -362,20 +362,28 @@ class JmState:
                 self._sched_armed = True
                 out.append(SetTimer(0.0, "sched"))
 
-    def _free_slot(self, t: int, stage: "Stage | None" = None) -> None:
-        cpu = (stage or self.stages[self.stage_of.item(t)]).spec.cpu
-        if self.opp.item(t):
+    def _free_slot(self, t: int, cpu: float) -> bool:
+        """Give back the slot of ``t``'s active attempt (a token, or opportunistic allowance);
+        True if the attempt was opportunistic."""
+        if self._opp_active and t in self._opp_active:
             self.outstanding_opp -= cpu
             self._opp_active.discard(t)
-        else:
-            self.used_tokens -= cpu
+            return True
+        self.used_tokens -= cpu
+        return False
 
-    def _log_attempt(self, t: int, outcome: str, t_end: float, out: list, stage: "Stage | None" = None) -> None:
-        st = stage or self.stages[self.stage_of.item(t)]
-        out.append(Log("attempt", (self.job_id, st.index, t - st.offset, self.attempt.item(t),
-                                   self.server.item(t), self.locality.item(t), self.ready_t.item(t),
-                                   self.dispatch_t.item(t), self.start_t.item(t), float(t_end),
-                                   outcome, self.opp.item(t), st.spec.cpu, st.reps is not None)))
+    def _log_attempt(self, t: int, outcome: str, t_end: float, out: list) -> None:
+        """The record of ``t``'s attempt, read off the per-task columns."""
+        st = self.stages[self.stage_of.item(t)]
+        self._record(st, t, self.attempt.item(t), self.server.item(t), self.locality.item(t),
+                     self.start_t.item(t), t_end, outcome, self.opp.item(t), out)
+
+    def _record(self, st: "Stage", t: int, attempt: int, server: int, loc: int, t_start: float,
+                t_end: float, outcome: str, opp: bool, out: list) -> None:
+        """An ended attempt, for the report (columns: apollo.report A_*)."""
+        out.append(Log("attempt", (self.job_id, st.index, t - st.offset, attempt, server, loc,
+                                   self.ready_t.item(t), self.dispatch_t.item(t), t_start, float(t_end),
+                                   outcome, opp, st.spec.cpu, st.reps is not None)))
 
     def _task_done(self, t: int, cur: int, spec: TaskSpec, r, server: int, now: float, out: list) -> None:
         """Attempt ``spec`` of task ``t`` (in state ``cur``) succeeded on ``server``. Every
@@ -383,18 +391,9 @@ class JmState:
         a dozen per-task columns, each a cache miss of its own in a cluster-sized run."""
         st = self.stages[spec.stage]
         self.state[t] = step(cur, "finish")
-        cpu = spec.cpu
-        opp = self._opp_active and t in self._opp_active
-        if opp:
-            self.outstanding_opp -= cpu
-            self._opp_active.discard(t)
-        else:
-            self.used_tokens -= cpu
+        opp = self._free_slot(t, spec.cpu)
         loc = spec.locality
-        offset = st.offset
-        out.append(Log("attempt", (self.job_id, st.index, t - offset, spec.attempt, server, loc,
-                                   self.ready_t.item(t), self.dispatch_t.item(t), r.t_start, float(r.t_end),
-                                   "done", bool(opp), cpu, st.reps is not None)))
+        self._record(st, t, spec.attempt, server, loc, r.t_start, r.t_end, "done", opp, out)
         st.observe(max(0.0, (r.t_end - r.t_start) - self.cfg.io.io_time(spec.input_bytes, loc)))
         self.done += 1
         st.remaining -= 1
@@ -410,7 +409,7 @@ class JmState:
                       t_end: float | None = None, outcome: str = "") -> None:
         """An attempt ended without success: retry the task elsewhere, or give up on the job."""
         self.state[t] = step(int(self.state[t]), event)
-        self._free_slot(t)
+        self._free_slot(t, self.stages[self.stage_of.item(t)].spec.cpu)
         self._log_attempt(t, outcome or ("preempted" if event == "requeue" else "failed"),
                           now if t_end is None else t_end, out)
         srv = int(self.server[t])
