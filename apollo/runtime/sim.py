@@ -76,7 +76,6 @@ class SimRuntime:
         self.wire = wire
         self.task_model = task_model
         self.log_sink = log_sink or (lambda kind, data, now: None)
-        self.actors: dict[str, Any] = {}
         self.nodes: dict[str, _Node] = {}
         self.routes: dict[str, str] = {}                  # address prefix -> actor address ("jm" -> "jmhost")
         self._routed: dict[str, _Node] = {}               # address prefix -> its route's node
@@ -89,8 +88,11 @@ class SimRuntime:
         self.stopped = False
 
     # ---- wiring ----------------------------------------------------------------
+    @property
+    def actors(self) -> dict[str, Any]:
+        return {a: n.actor for a, n in self.nodes.items()}
+
     def add(self, address: str, actor: Any, start: bool = True) -> None:
-        self.actors[address] = actor
         node = self.nodes.get(address)
         if node is None:
             self.nodes[address] = _Node(address, actor)
@@ -104,30 +106,18 @@ class SimRuntime:
         self.routes[prefix] = address
         self._routed.clear()
 
-    def resolve(self, address: str) -> str:
-        if address in self.actors:
-            return address
-        p = address.split(":", 1)[0]
-        return self.routes.get(p, address)
-
-    def _node_for(self, to: str) -> "_Node | None":
-        """The node a message to ``to`` goes to: its own, or its prefix route's ("jm:42" ->
-        the JM host), cached by prefix (per address, the cache would grow by one per job)."""
-        node = self.nodes.get(to)
+    def _routed_node(self, to: str) -> "_Node | None":
+        """The node of an address that has none of its own: its prefix route's ("jm:42" -> the
+        JM host), cached by prefix (per address, the cache would grow by one entry per job)."""
+        prefix = to.partition(":")[0]
+        node = self._routed.get(prefix)
         if node is None:
-            prefix = to.partition(":")[0]
-            node = self._routed.get(prefix)
+            node = self.nodes.get(self.routes.get(prefix, ""))
             if node is None:
-                node = self.nodes.get(self.routes.get(prefix, ""))
-                if node is None:
-                    self.log_sink("warn", (f"message to unknown address {to!r}",), self.now)
-                    return None
-                self._routed[prefix] = node
+                self.log_sink("warn", (f"message to unknown address {to!r}",), self.now)
+                return None
+            self._routed[prefix] = node
         return node
-
-    @property
-    def down(self) -> set[str]:
-        return {a for a, n in self.nodes.items() if not n.up}
 
     def call_at(self, t: float, fn: Callable[[], None]) -> None:
         self._push(t, CALL, None, fn)
@@ -144,7 +134,6 @@ class SimRuntime:
         node.up = True
         node.epoch += 1
         node.timers.clear()
-        self.actors[address] = actor
         node.set_actor(actor)
         self._deliver_local(address, Start())
 
@@ -223,7 +212,7 @@ class SimRuntime:
         if self.net.loss and self._rand.random() < self.net.loss:
             self.dropped += 1
             return
-        node = self.nodes.get(to) or self._node_for(to)
+        node = self.nodes.get(to) or self._routed_node(to)
         if node is None:
             return
         self.messages += 1
