@@ -43,6 +43,15 @@ class Spawn:
 
 
 @dataclass(slots=True)
+class Persist:
+    """Write to the actor's durable store (its runtime's, which survives the actor's restarts)
+    before carrying out any effect after this one: the RM stores a job before acknowledging
+    it. ``op`` and ``args``: see rm.store.JobStore.apply."""
+    op: str
+    args: tuple
+
+
+@dataclass(slots=True)
 class Log:
     """A record for the run's report (apollo.report) or the process log; ``kind`` names it."""
     kind: str
@@ -58,7 +67,9 @@ class Timer:
 
 @dataclass(slots=True)
 class Start:
-    """Delivered once when an actor (re)starts; a restarted PN begins empty."""
+    """Delivered once when an actor (re)starts; a restarted PN begins empty. ``stored``: what
+    its durable store held at the start (rm.store.StoredJobs), None for an actor without one."""
+    stored: Any = None
 
 
 @dataclass(slots=True)

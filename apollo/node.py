@@ -116,9 +116,9 @@ def build_runtime(folder: Path, role: str, index: int) -> tuple[LiveRuntime, dic
             for s in p["pns"]:
                 rt.add_route(f"pn:{s}", p["address"])
     if role == "rm":
-        store = SqliteJobStore(str(folder / "jobs.db"))
         rt.add("rm", RmState(RmConfig(cfg["pns"], shapes, cfg["cpus"], cfg["mem_gb"], view_interval_s=0.25,
-                                      dead_after_s=3.0), make_token_policy(cfg.get("tokens", "even")), store))
+                                      dead_after_s=3.0), make_token_policy(cfg.get("tokens", "even"))),
+               store=SqliteJobStore(str(folder / "jobs.db")))
     elif role == "jm":
         # coalesce: one scheduling pass per burst of status reports (a network read), not per report
         host = JmHost(JmConfig(topology=topo, policy=cfg.get("scheduler", "apollo"), io=io, cpu_grid=pncfg.cpu_grid,

@@ -16,6 +16,7 @@ from jm.host import JmHost
 from jm.state import POLICIES, JmConfig
 from pn.state import PnConfig, PnState
 from rm.state import RmConfig, RmState
+from rm.store import MemoryJobStore
 from rm.tokens import make_token_policy
 
 
@@ -106,7 +107,7 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
                      mem_grid=pncfg.mem_grid, opportunistic=cfg.opportunistic)
     host = JmHost(jmcfg)
     client = Client(len(workload.jobs), rt)
-    rt.add("rm", rm)
+    rt.add("rm", rm, store=MemoryJobStore())
     rt.add("jmhost", host)
     rt.route_prefix("jm", "jmhost")
     rt.add("client", client, start=False)

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from apollo.effects import Log, Send, SetTimer, Start, Timer
+from apollo.effects import Log, Persist, Send, SetTimer, Start, Timer
 from apollo.messages import (CancelJob, ClusterView, Heartbeat, JobAccepted, JobDemand, JobDone,
                              StartJob, SubmitJob, TokenGrant)
 from apollo.spec import JobSpec
 
-from .store import JobStore, MemoryJobStore
+from .store import StoredJobs
 from .tokens import JobDemandView, TokenPolicy, EvenSplit
 
 
@@ -50,11 +50,9 @@ class RmState:
     # together): they are folded in with a few array operations instead of one event each.
     batched = (Heartbeat,)
 
-    def __init__(self, config: RmConfig, policy: TokenPolicy | None = None,
-                 store: JobStore | None = None) -> None:
+    def __init__(self, config: RmConfig, policy: TokenPolicy | None = None) -> None:
         self.cfg = config
         self.policy = policy or EvenSplit()
-        self.store = store or MemoryJobStore()
         n, k = config.servers, config.shapes
         self.matrices = np.zeros((n, k), dtype=np.float32)
         self.stamps = np.full(n, -1.0)
@@ -95,7 +93,7 @@ class RmState:
                 return []
             return [Send(f"jm:{event.job_id}", event)]
         if t is Start:
-            return self._recover(now) + [SetTimer(self.cfg.view_interval_s, "tick")]
+            return self._recover(now, event.stored) + [SetTimer(self.cfg.view_interval_s, "tick")]
         return [Log("warn", (f"rm ignored {t.__name__}",))]
 
     # ---- load aggregation --------------------------------------------------
@@ -174,8 +172,8 @@ class RmState:
         demand = float(sum(s.cpu * s.tasks for s in spec.stages if not s.depends_on))
         e = JobEntry(job_id, spec, now, msg.reply_to, demand)
         self.jobs[job_id] = e
-        self.store.put(job_id, spec, now, msg.reply_to)
-        out: list = [Send(msg.reply_to, JobAccepted(job_id, spec.name, True, "")),
+        out: list = [Persist("put", (job_id, spec, now, msg.reply_to)),     # stored, then acknowledged
+                     Send(msg.reply_to, JobAccepted(job_id, spec.name, True, "")),
                      Log("job_submitted", (job_id, now, spec.total_tasks))]
         return out + self._admit(e, now)
 
@@ -213,19 +211,20 @@ class RmState:
         if e is None or e.state != "running":
             return []
         e.state = msg.state
-        self.store.finish(msg.job_id, e.state, msg.reason, now)
         del self.jobs[msg.job_id]   # the store keeps the record; memory keeps only live jobs
         self._running -= 1
         self._tokens_dirty = True
-        return [Send(e.reply_to, msg)]
+        return [Persist("finish", (msg.job_id, e.state, msg.reason, now)), Send(e.reply_to, msg)]
 
-    def _recover(self, now: float) -> list:
+    def _recover(self, now: float, stored: StoredJobs | None) -> list:
         """After a restart, re-admit every stored job that had not finished; ids continue
         after the highest ever stored, finished jobs included."""
         self._started_at = now
-        self.next_job_id = max(self.next_job_id, self.store.max_job_id() + 1)
+        if stored is None:
+            return []
+        self.next_job_id = max(self.next_job_id, stored.max_job_id + 1)
         out: list = []
-        for job_id, spec, submitted_at, reply_to in self.store.unfinished():
+        for job_id, spec, submitted_at, reply_to in stored.unfinished:
             if job_id in self.jobs:
                 continue
             e = JobEntry(job_id, spec, submitted_at, reply_to,

@@ -1,20 +1,46 @@
 """Durable job store: submitted jobs survive an RM restart.
 
-The simulator uses the in-memory store; a live RM uses SQLite in WAL mode,
-writing each submission before it is acknowledged.
+The RM never touches it: it returns Persist effects, which its runtime carries
+out here before anything the RM asked for after them (a submission is written
+before it is acknowledged), and reads it once at a (re)start to hand the RM what
+it holds (Start.stored). The simulator uses the in-memory store (the simulated
+disk outlives the RM's crashes); a live RM uses SQLite in WAL mode.
 """
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 from typing import Iterator
 
 import msgpack
 
+from apollo.effects import Persist
 from apollo.messages import JOB
 from apollo.spec import JobSpec
 
 
+@dataclass(frozen=True)
+class StoredJobs:
+    """What an RM (re)starting finds: the highest job id ever stored, and the unfinished jobs
+    as (job_id, spec, submitted_at, reply_to) in id order."""
+    max_job_id: int
+    unfinished: tuple
+
+
 class JobStore:
+    def apply(self, p: Persist) -> None:
+        """Carry out an RM's Persist: ("put", (job_id, spec, submitted_at, reply_to)) or
+        ("finish", (job_id, state, reason, at))."""
+        if p.op == "put":
+            self.put(*p.args)
+        elif p.op == "finish":
+            self.finish(*p.args)
+        else:
+            raise ValueError(f"unknown job store operation {p.op!r}")
+
+    def recovered(self) -> StoredJobs:
+        return StoredJobs(self.max_job_id(), tuple(self.unfinished()))
+
     def put(self, job_id: int, spec: JobSpec, submitted_at: float, reply_to: str) -> None: ...
     def finish(self, job_id: int, state: str, reason: str, at: float) -> None: ...
     def unfinished(self) -> Iterator[tuple[int, JobSpec, float, str]]: ...

@@ -195,14 +195,15 @@ def test_dag_job_with_command_reduce_completes_and_a_failing_command_fails_the_j
     outs = list(folder.glob(f"work/pn*/{j1}-{maps}-*.out"))      # the reduce is the job's task `maps`
     assert outs, f"no stdout file of the reduce under {folder}/work"
     assert any("reduced" in p.read_text() for p in outs)
-    assert job_state(folder, j1) == "done"
+    # The client heard from the JM directly: the RM's record may land a moment later.
+    wait_for(lambda: job_state(folder, j1) == "done", 10, f"job {j1} to be 'done' in jobs.db")
 
     assert not d2.ok
     assert d2.tasks_done == 0
     # jm/state.py: "task x[0] failed 3 times; last: <stderr tail or 'exit code N'>"
     assert "x[0] failed 3 times" in d2.reason, d2.reason
     assert "broken-input" in d2.reason or "exit code 3" in d2.reason, d2.reason
-    assert job_state(folder, j2) == "failed"
+    wait_for(lambda: job_state(folder, j2) == "failed", 10, f"job {j2} to be 'failed' in jobs.db")
     errs = list(folder.glob(f"work/pn*/{j2}-0-*.err"))
     assert len(errs) == 3 and all("broken-input" in p.read_text() for p in errs)
     # The JM host tells the submitter before its event records are flushed: wait for all three.
@@ -391,7 +392,7 @@ def test_rm_restart_keeps_submitted_jobs(cluster):
     j2, d2 = run(second())
     assert j2 != job, f"the restarted RM reused job id {job}"
     assert d2.ok and d2.tasks_done == 4, d2
-    assert job_state(folder, j2) == "done"
+    wait_for(lambda: job_state(folder, j2) == "done", 10, f"job {j2} to be 'done' in jobs.db")
     assert_all_alive(folder)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from apollo.cluster import REMOTE, IoModel, Topology
-from apollo.effects import CancelTimer, Kill, Launch, Log, Send, SetTimer, Spawn, Start, TaskExited
+from apollo.effects import CancelTimer, Kill, Launch, Log, Persist, Send, SetTimer, Spawn, Start, TaskExited
 from apollo.messages import JobAccepted, JobDemand, JobDone, SubmitJob, TaskSpec
 from apollo.report import Recorder
 from apollo.runtime.executor import Executor
@@ -18,6 +18,7 @@ from jm.host import JmHost
 from jm.state import JmConfig
 from pn.state import PnConfig, PnState
 from rm.state import RmConfig, RmState
+from rm.store import MemoryJobStore
 from rm.tokens import make_token_policy
 
 SECRET = b"live-runtime-test-secret"
@@ -82,7 +83,7 @@ def host_all(rt):
     """Every actor of a small cluster, and a client, in the one runtime ``rt``."""
     rm, host, pns = cluster_actors()
     client = Client()
-    rt.add("rm", rm)
+    rt.add("rm", rm, store=MemoryJobStore())
     rt.add("jmhost", host)
     rt.route_prefix("jm", "jmhost")
     rt.add("client", client, start=False)
@@ -122,7 +123,7 @@ async def test_end_to_end_across_runtimes_over_tcp(tmp_path):
     c = LiveRuntime(SECRET, seed=4, workdir=tmp_path / "c")
     rm, host, pns = cluster_actors()
     client = Client()
-    a.add("rm", rm)
+    a.add("rm", rm, store=MemoryJobStore())
     a.add("jmhost", host)
     a.route_prefix("jm", "jmhost")
     await a.start()
@@ -290,6 +291,41 @@ async def test_spawn_and_log_effects(tmp_path):
         assert type(child.seen[0][0]) is Start
         assert ("hello", (1, 2)) in logged
         assert "child:1" in rt.node.hosted
+    finally:
+        await rt.stop()
+
+
+async def test_persist_runs_before_later_effects_and_a_failed_write_stops_them(tmp_path, caplog):
+    """An actor's Persist is written before the effects after it are carried out (the RM stores
+    a job, then acknowledges it); if the write fails, those effects are not carried out."""
+    class FlakyStore(MemoryJobStore):
+        fail = False
+
+        def apply(self, p):
+            if self.fail:
+                raise OSError("disk full")
+            super().apply(p)
+
+    store = FlakyStore()
+    spec = JobSpec("j", [StageSpec("s", 1, np.ones(1))])
+    rt = LiveRuntime(SECRET, seed=0, workdir=tmp_path)
+    sink = Probe()
+    p = Probe(lambda ev, now: [Persist("put", (int(ev.job_id), spec, now, "sink")),
+                                Send("sink", JobAccepted(ev.job_id, "j", True, ""))]
+              if type(ev) is SubmitJob else [])
+    rt.add("p", p, store=store)
+    rt.add("sink", sink)
+    await rt.start()
+    try:
+        rt.inject("p", SubmitJob(5, spec, "sink"))
+        await wait_until(lambda: any(type(ev) is JobAccepted for ev, _ in sink.seen))
+        assert [j for j, *_ in store.unfinished()] == [5]
+        store.fail = True
+        rt.inject("p", SubmitJob(6, spec, "sink"))
+        await wait_until(lambda: rt.errors == 1)
+        await asyncio.sleep(0.05)
+        assert [ev.job_id for ev, _ in sink.seen if type(ev) is JobAccepted] == [5]
+        assert "disk full" in caplog.text
     finally:
         await rt.stop()
 

@@ -1,6 +1,6 @@
 import numpy as np
 
-from apollo.effects import Send, SetTimer, Start, Timer
+from apollo.effects import Persist, Send, SetTimer, Start, Timer
 from apollo.messages import (ClusterView, Heartbeat, JobAccepted, JobDemand, JobDone, StartJob, SubmitJob,
                              TokenGrant)
 from apollo.spec import JobSpec, StageSpec
@@ -11,8 +11,8 @@ from rm.tokens import EvenSplit, FifoTokens, water_fill
 from helpers import Rng
 
 
-def rm(n=4, policy=None, store=None):
-    r = RmState(RmConfig(n, 12, dead_after_s=5.0), policy or EvenSplit(), store)
+def rm(n=4, policy=None):
+    r = RmState(RmConfig(n, 12, dead_after_s=5.0), policy or EvenSplit())
     r.handle(Start(), 0.0, Rng())
     return r
 
@@ -82,14 +82,26 @@ def test_water_fill_properties_small():
 
 def test_job_done_forwarded_and_store_survives_restart(tmp_path):
     store = SqliteJobStore(str(tmp_path / "jobs.db"))
-    r = rm(store=store)
-    r.handle(SubmitJob(-1, one_task_job("a"), "client"), 1.0, Rng())
-    r.handle(SubmitJob(-1, one_task_job("b"), "client"), 1.0, Rng())
-    out = r.handle(JobDone(0, True, "", 5.0, 4), 5.0, Rng())
-    assert out[0].to == "client"
-    # A new RM over the same database re-admits the unfinished job only.
-    r2 = RmState(RmConfig(4, 12), EvenSplit(), SqliteJobStore(str(tmp_path / "jobs.db")))
-    out = r2.handle(Start(), 9.0, Rng())
+
+    def handle(r, event, now):      # as a runtime does: carry out the Persists, in order
+        out = r.handle(event, now, Rng())
+        for e in out:
+            if isinstance(e, Persist):
+                store.apply(e)
+        return out
+
+    r = rm()
+    out = handle(r, SubmitJob(-1, one_task_job("a"), "client"), 1.0)
+    # The job is written before it is acknowledged (a runtime carries effects out in order).
+    kinds = [type(e.msg).__name__ if isinstance(e, Send) else type(e).__name__ for e in out]
+    assert kinds.index("Persist") < kinds.index("JobAccepted")
+    handle(r, SubmitJob(-1, one_task_job("b"), "client"), 1.0)
+    out = handle(r, JobDone(0, True, "", 5.0, 4), 5.0)
+    assert [type(e) for e in out] == [Persist, Send] and out[1].to == "client"
+    assert [row[2] for row in store.all()] == ["done", "running"]
+    # A new RM started with what the database holds re-admits the unfinished job only.
+    r2 = RmState(RmConfig(4, 12), EvenSplit())
+    out = r2.handle(Start(SqliteJobStore(str(tmp_path / "jobs.db")).recovered()), 9.0, Rng())
     starts = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StartJob)]
     assert [s.job_id for s in starts] == [1] and starts[0].spec.name == "b"
     assert r2.next_job_id == 2

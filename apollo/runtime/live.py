@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from apollo.cluster import IoModel
-from apollo.effects import CancelTimer, Kill, Launch, Log, Send, SetTimer, Spawn, Start, Timer
+from apollo.effects import CancelTimer, Kill, Launch, Log, Persist, Send, SetTimer, Spawn, Start, Timer
 from apollo.messages import pack, unpack
 
 from .executor import Executor
@@ -77,6 +77,7 @@ class LiveRuntime:
         self.epoch = epoch
         self.wire_local = wire_local         # pack/unpack local messages too, as the simulator does
         self.actors: dict[str, Any] = {}
+        self.stores: dict[str, Any] = {}     # address -> its durable store (Persist effects)
         self.routes: dict[str, str] = {}     # local prefix routes: "jm" -> "jmhost"
         self.timers: dict[tuple, asyncio.TimerHandle] = {}
         self._exits: dict[str, tuple] = {}   # batching actors: (actor, [TaskExited]) to deliver
@@ -102,15 +103,19 @@ class LiveRuntime:
     def now(self) -> float:
         return self._loop.time() - self._t0 if self._loop is not None else 0.0
 
-    def add(self, address: str, actor: Any, start: bool = True) -> None:
-        """Host ``actor`` at ``address``; it gets Start (asynchronously) unless start=False."""
+    def add(self, address: str, actor: Any, start: bool = True, store: Any = None) -> None:
+        """Host ``actor`` at ``address``; it gets Start (asynchronously) unless start=False, with
+        what ``store`` (its durable store, rm.store.JobStore, if it persists anything) holds."""
         old = self.actors.get(address)
         if old is not None and old is not actor:
             self._forget(address)
         self.actors[address] = actor
+        if store is not None:
+            self.stores[address] = store
         self.node.host(address)
         if start:
-            self._soon(self._deliver_to, address, actor, Start())
+            store = self.stores.get(address)
+            self._soon(self._deliver_to, address, actor, Start(store.recovered() if store is not None else None))
 
     def remove(self, address: str) -> None:
         """Take an actor away (a crash, as far as the cluster can tell): its timers and tasks go too."""
@@ -278,6 +283,11 @@ class LiveRuntime:
                     self.executor.kill(addr, e.task_key)
                     if self._exits:
                         self._drop_exit(addr, e.task_key)
+                elif te is Persist:
+                    store = self.stores.get(addr)
+                    if store is None:
+                        raise TypeError(f"asked to persist {e.op!r} but has no store")
+                    store.apply(e)
                 elif te is Spawn:
                     self.add(e.address, e.actor)
                 else:
@@ -285,6 +295,11 @@ class LiveRuntime:
             except Exception:
                 self.errors += 1
                 log.exception("actor %s: effect %s failed at t=%.3f", addr, te.__name__, now)
+                if te is Persist:
+                    # What follows may rely on it being stored (an acknowledgement): not done.
+                    log.error("actor %s: %d effects after the failed write dropped", addr,
+                              len(effects) - effects.index(e) - 1)
+                    break
 
 
 def run(main_coro) -> Any:

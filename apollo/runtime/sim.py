@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from apollo.effects import CancelTimer, Kill, Launch, Log, Send, SetTimer, Spawn, Start, TaskExited, Timer
+from apollo.effects import CancelTimer, Kill, Launch, Log, Persist, Send, SetTimer, Spawn, Start, TaskExited, Timer
 from apollo.messages import pack, unpack
 
 from .events import EventQueue
@@ -40,12 +40,13 @@ class NetModel:
 
 
 class _Node:
-    """One address of the simulated cluster: its actor, its incarnation and its timers. Queue
+    """One address of the simulated cluster: its actor, its incarnation, its timers and store. Queue
     entries point at the node itself, so delivering costs no lookup by address."""
-    __slots__ = ("address", "actor", "handle", "epoch", "up", "timers", "batched", "windows")
+    __slots__ = ("address", "actor", "handle", "epoch", "up", "timers", "batched", "windows", "store")
 
     def __init__(self, address: str, actor: Any) -> None:
         self.address = address
+        self.store: Any = None            # its durable store (Persist effects)
         self.epoch = 0
         self.up = True
         self.timers: dict = {}            # key -> seq of the entry that fires it
@@ -94,15 +95,23 @@ class SimRuntime:
     def actors(self) -> dict[str, Any]:
         return {a: n.actor for a, n in self.nodes.items()}
 
-    def add(self, address: str, actor: Any, start: bool = True) -> None:
+    def add(self, address: str, actor: Any, start: bool = True, store: Any = None) -> None:
+        """Host ``actor`` at ``address``; ``store``: its durable store (rm.store.JobStore), if it
+        persists anything (it outlives the actor's crashes, as a disk would)."""
         node = self.nodes.get(address)
         if node is None:
-            self.nodes[address] = _Node(address, actor)
+            self.nodes[address] = node = _Node(address, actor)
         else:
             node.set_actor(actor)
+        if store is not None:
+            node.store = store
         self._routed.clear()
         if start:
-            self._push(self.now, CALL, None, lambda: self._deliver_local(address, Start()))
+            self._push(self.now, CALL, None, lambda: self._deliver_local(address, self._start_event(node)))
+
+    @staticmethod
+    def _start_event(node: _Node) -> Start:
+        return Start(node.store.recovered() if node.store is not None else None)
 
     def route_prefix(self, prefix: str, address: str) -> None:
         self.routes[prefix] = address
@@ -137,7 +146,7 @@ class SimRuntime:
         node.epoch += 1
         node.timers.clear()
         node.set_actor(actor)
-        self._deliver_local(address, Start())
+        self._deliver_local(address, self._start_event(node))
 
     def inject(self, to: str, msg: Any, delay: float = 0.0) -> None:
         """Send from outside any actor (a client, a test)."""
@@ -263,6 +272,10 @@ class SimRuntime:
                 self.killed.add((node.address, e.task_key))
             elif te is CancelTimer:
                 node.timers.pop(e.key, None)
+            elif te is Persist:
+                if node.store is None:
+                    raise TypeError(f"actor {node.address} asked to persist {e.op!r} but has no store")
+                node.store.apply(e)
             elif te is Spawn:
                 self.add(e.address, e.actor)
             else:
