@@ -259,7 +259,7 @@ class LiveRuntime:
     # ---- effects ---------------------------------------------------------------------------
     def _apply(self, addr: str, actor: Any, effects: list, now: float) -> None:
         loop = self._loop
-        for e in effects:
+        for i, e in enumerate(effects):
             te = type(e)
             try:
                 if te is Send:
@@ -297,8 +297,7 @@ class LiveRuntime:
                 log.exception("actor %s: effect %s failed at t=%.3f", addr, te.__name__, now)
                 if te is Persist:
                     # What follows may rely on it being stored (an acknowledgement): not done.
-                    log.error("actor %s: %d effects after the failed write dropped", addr,
-                              len(effects) - effects.index(e) - 1)
+                    log.error("actor %s: %d effects after the failed write dropped", addr, len(effects) - i - 1)
                     break
 
 
