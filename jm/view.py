@@ -77,9 +77,6 @@ class ViewCache:
         self._idle_checked_at = now
         return self._idle
 
-    def pending_cpu(self, servers) -> np.ndarray:
-        return np.where(self.stamps[servers] <= self.sent_at[servers], self.sent_cpu[servers], 0.0)
-
     def pending_wait(self, cand: np.ndarray, cpu: np.ndarray, now: float) -> np.ndarray:
         """Wait added by this host's own sends that the readings do not show yet: none while the
         server still has ``cpu`` free after them, else their expected work per core."""
