@@ -420,7 +420,7 @@ class StatusBatch(Message):
     job_id: int
     server: int
     reports: list
-    matrix: np.ndarray
+    matrix: "np.ndarray | list[float]"   # float32 on the wire; a sender may hand a list
     matrix_time: float
 
 
@@ -431,7 +431,7 @@ class Heartbeat(Message):
     server: int
     boot_time: float
     time: float
-    matrix: np.ndarray
+    matrix: "np.ndarray | list[float]"   # float32 on the wire; a sender may hand a list
     running: int
     queued: int
     cpu_free: float

@@ -26,7 +26,7 @@ def test_start_sends_heartbeat_and_arms_liveness():
     hb = [e for e in out if isinstance(e, Send)][0]
     assert hb.to == "rm" and isinstance(hb.msg, Heartbeat)
     assert hb.msg.boot_time == 5.0 and hb.msg.server == 3
-    assert np.all(hb.msg.matrix[:3] == 0.0)
+    assert np.all(np.asarray(hb.msg.matrix)[:3] == 0.0)
     assert any(isinstance(e, SetTimer) and e.delay == p.cfg.liveness_s for e in out)
 
 
