@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import random
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Callable
 
 import numpy as np
@@ -24,12 +25,19 @@ from apollo.effects import CancelTimer, Kill, Launch, Log, Persist, Send, SetTim
 from apollo.messages import pack, unpack
 
 from .events import EventQueue
+from .hugepages import HeapPager
 
 DELIVER, TIMER, EXIT, CALL, BATCH, EXIT_FAILED = 0, 1, 2, 3, 4, 5
 # An actor that lists message types in ``batched`` (the RM: heartbeats) gets those that arrive
 # within one window of this width together, as one list in arrival order, at the window's end:
 # a busy server reads its socket in batches, and an event per heartbeat was a fifth of a run.
 BATCH_WINDOW_S = 0.001
+# A run of at least this many nodes has its heap moved onto huge pages (apollo.runtime.hugepages)
+# when it starts and again every HUGEPAGES_EVERY events, as the heap grows. A pass copies only
+# what is new (~2.5 ms per MB here) and reads /proc/self/maps (~1 ms); at 20,000 servers that
+# is ~0.7 s of wall time between passes, and passes cost ~2.5% of a run in all, against -5%.
+HUGEPAGES_MIN_NODES = 1000
+HUGEPAGES_EVERY = 1 << 18
 
 
 @dataclass(slots=True)
@@ -63,8 +71,13 @@ class _Node:
 
 class SimRuntime:
     def __init__(self, seed: int = 0, net: NetModel | None = None, wire: bool = True,
-                 task_model: Callable | None = None, log_sink: Callable | None = None) -> None:
+                 task_model: Callable | None = None, log_sink: Callable | None = None,
+                 hugepages: bool | None = None) -> None:
+        """``hugepages``: move the heap onto huge pages while running (None: when the run has
+        at least HUGEPAGES_MIN_NODES nodes). It changes speed only, never results."""
         self.now = 0.0
+        self.hugepages = hugepages
+        self.pager: HeapPager | None = None
         # Entries: (time, seq, kind, node, item, epoch). A timer's or a task exit's token is
         # its entry's own seq; ``epoch`` is the node's incarnation when the entry was made.
         self.queue = EventQueue()
@@ -168,45 +181,60 @@ class SimRuntime:
         # scanning the ~100,000 entries waiting in the queue: ~15% of a run. Off while it runs.
         if self.stopped:
             return
+        pager = self._pager()
+        chunk = HUGEPAGES_EVERY if pager is not None else 1 << 62
+        entries = self.queue.drain(until)
         gc_was = gc.isenabled()
         gc.disable()
         try:
-            for t, seq, kind, node, item, epoch in self.queue.drain(until):
-                self.now = t
-                events += 1
-                if kind == DELIVER:
-                    if node.epoch != epoch or not node.up:
-                        self.dropped += 1           # the node crashed (or is down) since
+            while True:
+                if pager is not None:
+                    pager.collapse()
+                began = events
+                for t, seq, kind, node, item, epoch in islice(entries, chunk):
+                    self.now = t
+                    events += 1
+                    if kind == DELIVER:
+                        if node.epoch != epoch or not node.up:
+                            self.dropped += 1           # the node crashed (or is down) since
+                        else:
+                            apply(node, node.handle(node.actor, unpack(item) if wire else item, t, rng))
+                    elif kind == EXIT or kind == EXIT_FAILED:     # item: the task's TaskSpec
+                        if node.epoch != epoch or not node.up:
+                            pass                        # the node crashed under it
+                        elif killed and (node.address, item.key) in killed:
+                            killed.discard((node.address, item.key))
+                        else:
+                            ok = kind == EXIT
+                            apply(node, node.handle(node.actor, TaskExited(item.key, ok, 0 if ok else 1,
+                                                                           "" if ok else "task failed"), t, rng))
+                    elif kind == BATCH:
+                        arrived = node.windows.pop(item)
+                        arrived.sort()
+                        msgs = [unpack(m) if wire else m for _, _, m, e in arrived if e == node.epoch]
+                        if msgs and node.up:
+                            apply(node, node.handle(node.actor, msgs if len(msgs) > 1 else msgs[0], t, rng))
+                    elif kind == TIMER:
+                        timers = node.timers
+                        if timers.get(item) == seq and node.epoch == epoch:   # not re-set or cancelled since
+                            del timers[item]
+                            apply(node, node.handle(node.actor, Timer(item), t, rng))
                     else:
-                        apply(node, node.handle(node.actor, unpack(item) if wire else item, t, rng))
-                elif kind == EXIT or kind == EXIT_FAILED:     # item: the task's TaskSpec
-                    if node.epoch != epoch or not node.up:
-                        pass                        # the node crashed under it
-                    elif killed and (node.address, item.key) in killed:
-                        killed.discard((node.address, item.key))
-                    else:
-                        ok = kind == EXIT
-                        apply(node, node.handle(node.actor, TaskExited(item.key, ok, 0 if ok else 1,
-                                                                       "" if ok else "task failed"), t, rng))
-                elif kind == BATCH:
-                    arrived = node.windows.pop(item)
-                    arrived.sort()
-                    msgs = [unpack(m) if wire else m for _, _, m, e in arrived if e == node.epoch]
-                    if msgs and node.up:
-                        apply(node, node.handle(node.actor, msgs if len(msgs) > 1 else msgs[0], t, rng))
-                elif kind == TIMER:
-                    timers = node.timers
-                    if timers.get(item) == seq and node.epoch == epoch:   # not re-set or cancelled since
-                        del timers[item]
-                        apply(node, node.handle(node.actor, Timer(item), t, rng))
-                else:
-                    item()
-                if self.stopped:
+                        item()
+                    if self.stopped:
+                        break
+                if self.stopped or events - began < chunk:
                     break
         finally:
             self.events += events
             if gc_was:
                 gc.enable()
+
+    def _pager(self) -> HeapPager | None:
+        on = self.hugepages if self.hugepages is not None else len(self.nodes) >= HUGEPAGES_MIN_NODES
+        if on and self.pager is None:
+            self.pager = HeapPager()
+        return self.pager if on and self.pager.available else None
 
     def _deliver_local(self, addr: str, event: Any) -> None:
         node = self.nodes[addr]
