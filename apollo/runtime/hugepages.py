@@ -42,8 +42,7 @@ class HeapPager:
     def __init__(self) -> None:
         self._madvise = _madvise()
         self._tried: set[tuple[int, int]] = set()    # ranges collapsed, or refused for good
-        self._ever_collapsed = False
-        self.collapsed_bytes = 0
+        self.collapsed_bytes = 0                     # in all, over every pass
 
     @property
     def available(self) -> bool:
@@ -85,9 +84,7 @@ class HeapPager:
             if err != errno.EAGAIN:               # EAGAIN: memory busy now; try again next time
                 self._tried.add((start, end))     # e.g. a mapping that may not hold huge pages
                 refused += 1
-        if got:
-            self._ever_collapsed = True
-            self.collapsed_bytes += got
-        elif refused and not self._ever_collapsed:
+        self.collapsed_bytes += got
+        if refused and not self.collapsed_bytes:
             self._madvise = None                  # every range refused: the kernel lacks the call
         return got
