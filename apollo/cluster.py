@@ -15,16 +15,18 @@ import numpy as np
 NODE, RACK, REMOTE = 0, 1, 2
 LOCALITY_NAMES = ("node", "rack", "remote")
 
-_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+_GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S27, _S30, _S31, _S32 = np.uint64(27), np.uint64(30), np.uint64(31), np.uint64(32)
+_BLOCK_MUL = np.uint64(0x632BE59BD9B4E019)
 
 
 def _splitmix(x: np.ndarray) -> np.ndarray:
-    """SplitMix64 finaliser over a uint64 array: a cheap, well-mixed hash."""
-    with np.errstate(over="ignore"):
-        x = x + np.uint64(0x9E3779B97F4A7C15)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
+    """SplitMix64 finaliser over a uint64 array: a cheap, well-mixed hash. (Array arithmetic
+    wraps silently; only numpy scalars warn on overflow. A job's start computes three.)"""
+    x = x + _GOLDEN
+    x = (x ^ (x >> _S30)) * _MIX1
+    x = (x ^ (x >> _S27)) * _MIX2
+    return x ^ (x >> _S31)
 
 
 @dataclass
@@ -49,9 +51,9 @@ class Topology:
 
     def replicas(self, dataset: str, blocks: np.ndarray) -> np.ndarray:
         """int32[len(blocks), 3] server ids holding each block of ``dataset``."""
-        blocks = np.asarray(blocks, dtype=np.uint64)
+        blocks = np.atleast_1d(np.asarray(blocks, dtype=np.uint64))   # arrays wrap; scalars would warn
         base = np.uint64(zlib.crc32(dataset.encode()) * 0x100000001)
-        h1 = _splitmix(base ^ (blocks * np.uint64(0x632BE59BD9B4E019)))
+        h1 = _splitmix(base ^ (blocks * _BLOCK_MUL))
         h2 = _splitmix(h1)
         h3 = _splitmix(h2)
         first = (h1 % np.uint64(self.servers)).astype(np.int64)
@@ -68,7 +70,7 @@ class Topology:
         size = self.rack_size[other]
         start = self.rack_start[other]
         a = (h3 % size.astype(np.uint64)).astype(np.int64)
-        b = (a + 1 + ((h3 >> np.uint64(32)) % np.maximum(size - 1, 1).astype(np.uint64)).astype(np.int64)) % size
+        b = (a + 1 + ((h3 >> _S32) % np.maximum(size - 1, 1).astype(np.uint64)).astype(np.int64)) % size
         out[:, 1] = start + a
         out[:, 2] = start + b
         return out

@@ -109,23 +109,18 @@ def release_waits(now: float, free_cpu: float, free_mem: float, releases: list[t
     most servers' reading most of the time."""
     eps = 1e-9
     # waits[k], room_c[k], room_m[k]: from wait k on, this much room is free (never shrinking)
+    fc, fm = free_cpu + eps, free_mem + eps
     waits = [0.0]
-    room_c = [free_cpu + eps]
-    room_m = [free_mem + eps]
-    fc, fm = room_c[0], room_m[0]
-    for t, c, m in sorted(releases):
+    room_c = [fc]
+    room_m = [fm]
+    for t, c, m in (sorted(releases) if len(releases) > 1 else releases):
         fc += c
         fm += m
         waits.append(t - now if t > now else 0.0)
         room_c.append(fc)
         room_m.append(fm)
-    n = len(waits)
+    waits.append(never)      # index len(releases) + 1: the shape never fits
     # A shape fits from the later of the first step with its cpu and the first with its memory.
     first_m = [bisect.bisect_left(room_m, m) for m in mem_grid]
-    out = []
-    for c in cpu_grid:
-        kc = bisect.bisect_left(room_c, c)
-        for km in first_m:
-            k = kc if kc > km else km
-            out.append(waits[k] if k < n else never)
-    return out
+    return [waits[kc if kc > km else km] for kc in [bisect.bisect_left(room_c, c) for c in cpu_grid]
+            for km in first_m]
