@@ -16,6 +16,10 @@ from .view import ViewCache
 
 
 class JmHost:
+    # Status batches may come as a list of several (a runtime collects those arriving close
+    # together, as a busy host reads its sockets): one event for many, each routed to its JM.
+    batched = (StatusBatch,)
+
     def __init__(self, config: JmConfig) -> None:
         self.cfg = config
         self.view = ViewCache(config.topology.servers, config.cpu_grid, config.mem_grid)
@@ -30,6 +34,8 @@ class JmHost:
         if t is StatusBatch:
             self.view.apply_row(event.server, event.matrix, event.matrix_time)
             return self._route(event.job_id, event, now, rng)
+        if t is list:
+            return self._on_statuses(event, now, rng)
         if t is ClusterView:
             view = self.view
             was_alive, was_boot = view.alive.copy(), view.boot_times.copy()
@@ -54,6 +60,19 @@ class JmHost:
         if t is Start:
             return []
         return [Log("warn", (f"jm host ignored {t.__name__}",))]
+
+    def _on_statuses(self, batches: list, now: float, rng) -> list:
+        """Several status batches at once, in arrival order: each is folded in and routed as if
+        it came alone."""
+        out: list = []
+        apply_row = self.view.apply_row
+        route = self._route
+        for b in batches:
+            apply_row(b.server, b.matrix, b.matrix_time)
+            r = route(b.job_id, b, now, rng)
+            if r:
+                out += r
+        return out
 
     def _start(self, msg: StartJob, now: float, rng) -> list:
         if msg.job_id in self.jms:

@@ -348,3 +348,38 @@ def test_depth_follows_the_expected_time_per_task():
     # The default 0.2 s start-up makes even a 0 s task too long to pipeline.
     j, out = jm(JobSpec("s", [StageSpec("s", 50, np.zeros(50))]), tokens=4)
     assert j._depth(j.stages[0]) == 1 and len(dispatched(out)) == 4
+
+
+def test_host_takes_status_batches_as_a_list_or_one_by_one_alike():
+    from apollo.messages import StartJob
+    from jm.host import JmHost
+
+    def host_with_two_jobs():
+        h = JmHost(JmConfig(topology=TOPO, policy="apollo"))
+        sent = []
+        for job_id in (1, 2):
+            out = h.handle(StartJob(job_id, mapred(maps=3, dataset=f"ds{job_id}"), 10, 0.0, ""), 0.0, Rng())
+            sent += [(job_id, t) for _, t in dispatched(out)]
+        return h, sent
+
+    def reports(h, sent):
+        # every map of both jobs done, interleaved across jobs; the last one from a busy server
+        out = []
+        for i, (job_id, task) in enumerate(sent):
+            j = h.jms[job_id]
+            m = np.full(12, 9.0 if i == len(sent) - 1 else 0.0, np.float32)
+            rep = TaskReport(job_id, task.task, int(j.attempt[task.task]), int(TaskState.DONE), 0.0, 1.0, 0, "")
+            out.append(StatusBatch(job_id, int(j.server[task.task]), [rep], m, 1.0 + i * 1e-3))
+        return out
+
+    a, sent_a = host_with_two_jobs()
+    b, sent_b = host_with_two_jobs()
+    assert len(sent_a) == 6 and [(j, t.task, t.attempt) for j, t in sent_a] == [(j, t.task, t.attempt) for j, t in sent_b]
+    rng_a, rng_b = Rng(), Rng()
+    one_by_one = [e for sb in reports(a, sent_a) for e in a.handle(sb, 2.0, rng_a)]
+    together = b.handle(reports(b, sent_b), 2.0, rng_b)
+    assert together == one_by_one
+    # both reduces went out, and the view holds the last reading of each server
+    assert sorted(j for j, t in [(e.msg.job_id, t) for e in together if isinstance(e, Send)
+                                 and isinstance(e.msg, Dispatch) for t in e.msg.tasks]) == [1, 2]
+    assert np.array_equal(a.view.matrices, b.view.matrices) and np.array_equal(a.view.stamps, b.view.stamps)
