@@ -32,8 +32,7 @@ class JmHost:
     def handle(self, event, now: float, rng) -> list:
         t = type(event)
         if t is StatusBatch:
-            self.view.apply_row(event.server, event.matrix, event.matrix_time)
-            return self._route(event.job_id, event, now, rng)
+            return self._on_statuses((event,), now, rng)
         if t is list:
             return self._on_statuses(event, now, rng)
         if t is ClusterView:
@@ -61,9 +60,9 @@ class JmHost:
             return []
         return [Log("warn", (f"jm host ignored {t.__name__}",))]
 
-    def _on_statuses(self, batches: list, now: float, rng) -> list:
-        """Several status batches at once, in arrival order: each is folded in and routed as if
-        it came alone."""
+    def _on_statuses(self, batches, now: float, rng) -> list:
+        """Status batches, in arrival order (one, or several a runtime collected): each one's
+        reading is folded into the view, then the batch goes to its JM."""
         out: list = []
         apply_row = self.view.apply_row
         route = self._route

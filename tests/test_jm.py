@@ -5,10 +5,11 @@ import pytest
 from apollo.cluster import NODE, RACK, REMOTE, IoModel, Topology
 from apollo.effects import Log, Send, SetTimer
 from apollo.lifecycle import TaskState
-from apollo.messages import CancelJob, Dispatch, JobDone, KillTask, StatusBatch, TaskReport, TokenGrant
+from apollo.messages import CancelJob, Dispatch, JobDone, KillTask, StartJob, StatusBatch, TaskReport, TokenGrant
 from apollo.spec import JobSpec, StageSpec
 from jm import estimate as est
 from jm.candidates import candidate_rows
+from jm.host import JmHost
 from jm.state import JmConfig, JmState
 from jm.view import ViewCache
 
@@ -351,9 +352,6 @@ def test_depth_follows_the_expected_time_per_task():
 
 
 def test_host_takes_status_batches_as_a_list_or_one_by_one_alike():
-    from apollo.messages import StartJob
-    from jm.host import JmHost
-
     def host_with_two_jobs():
         h = JmHost(JmConfig(topology=TOPO, policy="apollo"))
         sent = []
