@@ -63,6 +63,7 @@ class RmState:
         self._host_rr = 0
         self._tokens_dirty = False
         self._running = 0                # admitted jobs not yet done
+        self._held = 0.0                 # tokens they hold and can use: min(tokens, demand) each
         self._started_at = 0.0
 
     @property
@@ -82,7 +83,9 @@ class RmState:
         if t is JobDemand:
             e = self.jobs.get(event.job_id)
             if e is not None and e.state == "running":
+                self._held -= min(e.tokens, e.demand)
                 e.demand = float(event.remaining)
+                self._held += min(e.tokens, e.demand)
                 self._tokens_dirty = True
             return []
         if t is JobDone:
@@ -181,7 +184,8 @@ class RmState:
         self._running += 1
         cap = self.capacity or self.cfg.servers * self.cfg.server_cores
         me = JobDemandView(e.job_id, e.submitted_at, e.demand)
-        e.tokens = self.policy.initial(me, self._running, cap, self._demand_views)
+        e.tokens = self.policy.initial(me, self._running, cap, self._demand_views, self._held)
+        self._held += min(e.tokens, e.demand)
         hosts = self.cfg.jm_hosts
         e.host = hosts[self._host_rr % len(hosts)]
         self._host_rr += 1
@@ -202,6 +206,7 @@ class RmState:
         for job_id, tokens in self._allocate().items():
             e = self.jobs[job_id]
             if tokens != e.tokens:
+                self._held += min(tokens, e.demand) - min(e.tokens, e.demand)
                 e.tokens = tokens
                 out.append(Send(f"jm:{job_id}", TokenGrant(job_id, tokens)))
         return out
@@ -213,6 +218,7 @@ class RmState:
         e.state = msg.state
         del self.jobs[msg.job_id]   # the store keeps the record; memory keeps only live jobs
         self._running -= 1
+        self._held -= min(e.tokens, e.demand)
         self._tokens_dirty = True
         return [Persist("finish", (msg.job_id, e.state, msg.reason, now)), Send(e.reply_to, msg)]
 
@@ -237,4 +243,5 @@ class RmState:
     def validate(self) -> None:
         assert self.matrices.shape == (self.cfg.servers, self.cfg.shapes)
         assert all(e.tokens >= 0 for e in self.jobs.values())
+        assert abs(self._held - sum(min(e.tokens, e.demand) for e in self.jobs.values())) < 1e-6
         assert all(j < self.next_job_id for j in self.jobs)

@@ -54,9 +54,10 @@ class TokenPolicy:
         raise NotImplementedError
 
     def initial(self, job: JobDemandView, running: int, capacity: float,
-                jobs: Callable[[], list[JobDemandView]]) -> int:
+                jobs: Callable[[], list[JobDemandView]], held: float) -> int:
         """Tokens for a job being admitted now, one of ``running`` admitted jobs (``jobs()``
-        lists them all); the others are re-balanced on the RM's next tick."""
+        lists them all; ``held``: the tokens the others hold and can use, each job's tokens
+        capped by its demand); the others are re-balanced on the RM's next tick."""
         return self.allocate(jobs(), capacity).get(job.job_id, 0)
 
 
@@ -75,10 +76,14 @@ class EvenSplit(TokenPolicy):
     """Capacity split max-min fairly over the jobs' demands (equal weights)."""
     name = "even"
 
-    def initial(self, job, running, capacity, jobs):
-        # An equal share, capped by demand: what water-filling gives a job whose demand is at
-        # or below the fair level; exact shares follow on the next tick. O(1) per admission.
-        return max(1 if job.demand > 0 else 0, int(min(job.demand, capacity / max(running, 1))))
+    def initial(self, job, running, capacity, jobs, held):
+        # O(1) per admission; exact shares follow on the next tick. Capacity nobody holds goes
+        # to the newcomer at once, up to its demand (as water-filling would give it while the
+        # cluster is not full); on a full cluster, an equal share. An equal share alone held
+        # most arrivals to a fraction of their demand until the tick although the cluster had
+        # room, and their remaining tasks waited for it.
+        share = max(capacity - held, capacity / max(running, 1))
+        return max(1 if job.demand > 0 else 0, int(min(job.demand, share)))
 
     def allocate(self, jobs, capacity):
         if not jobs:

@@ -119,3 +119,28 @@ def test_heartbeats_in_one_list_fold_in_as_one_at_a_time():
     for a in ("matrices", "stamps", "boot_times", "alive"):
         assert np.array_equal(getattr(one, a), getattr(many, a)), a
     assert many.matrices[0, 0] == 3.0 and many.matrices[1, 0] == 2.0 and many.boot_times[1] == 1.1
+
+
+def test_admission_gives_free_capacity_up_to_demand_then_an_equal_share():
+    r = rm()                                            # 4 servers x 4 cores = 16 tokens
+    for s in range(4):
+        r.handle(hb(s, 0.1), 0.1, Rng())
+
+    def start_tokens(out):
+        return [e.msg.tokens for e in out if isinstance(e, Send) and isinstance(e.msg, StartJob)][0]
+
+    assert start_tokens(r.handle(SubmitJob(-1, one_task_job("a", tasks=6), "c"), 1.0, Rng())) == 6
+    # 10 tokens nobody holds: the second job gets its whole demand of 10, not half the cluster.
+    assert start_tokens(r.handle(SubmitJob(-1, one_task_job("b", tasks=10), "c"), 1.0, Rng())) == 10
+    # The cluster is fully held: an equal share (16 / 3 jobs).
+    assert start_tokens(r.handle(SubmitJob(-1, one_task_job("c", tasks=10), "c"), 1.0, Rng())) == 5
+    # Job a now needs only 1 and job b is done: 16 - 1 - 5 = 10 tokens are free again.
+    r.handle(JobDemand(0, 1, 0), 1.5, Rng())
+    r.handle(JobDone(1, True, "", 2.0, 10), 2.0, Rng())
+    r.validate()
+    assert start_tokens(r.handle(SubmitJob(-1, one_task_job("d", tasks=8), "c"), 2.0, Rng())) == 8
+    r.validate()
+    out = r.handle(Timer("tick"), 2.5, Rng())           # the tick re-balances to exact fair shares
+    grants = {e.msg.job_id: e.msg.tokens for e in out if isinstance(e, Send) and isinstance(e.msg, TokenGrant)}
+    assert grants == {0: 1, 2: 7, 3: 7}          # water-fill of 16 over demands 1, 10, 8
+    r.validate()
