@@ -57,7 +57,7 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
     # time since anyone vouched for it: the RM's last view, or a newer piggybacked reading.
     age = np.minimum(np.maximum(now - np.maximum(stamps, view.time), 0.0), cfg.max_stale_s)
     W = drained + cfg.stale_penalty * age
-    W += view.pending_wait(cand, cpu, now)   # work this host sent after the server's last reading
+    W += view.pending_wait(cand, cpu, now, stamps)   # work this host sent after the server's last reading
     E = I + W + runtime[:, None]
     p_fail = cfg.failure_prior if fail_rate is None else np.maximum(fail_rate[cand], cfg.failure_prior)
     C = (1.0 - p_fail) * E + cfg.kfail * p_fail * E

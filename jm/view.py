@@ -52,10 +52,12 @@ class ViewCache:
         smallest memory), less what this host sent since those readings."""
         return self._free_and_pending(servers, now)[0]
 
-    def _free_and_pending(self, servers: np.ndarray, now: float) -> tuple[np.ndarray, np.ndarray]:
+    def _free_and_pending(self, servers: np.ndarray, now: float,
+                          stamps: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(free_cpu, mine): ``mine`` marks servers whose reading predates this host's last send
-        there (the sends are not in the reading yet)."""
-        stamps = self.stamps[servers]
+        there (the sends are not in the reading yet). ``stamps``: their reading times, if known."""
+        if stamps is None:
+            stamps = self.stamps[servers]
         mine = stamps <= self.sent_at[servers]
         # Waits of the cpu shapes at the smallest memory; a bigger shape never waits less, so
         # the shapes that fit now are a prefix and their count picks the free CPUs. (Whole rows
@@ -77,10 +79,11 @@ class ViewCache:
         self._idle_checked_at = now
         return self._idle
 
-    def pending_wait(self, cand: np.ndarray, cpu: np.ndarray, now: float) -> np.ndarray:
+    def pending_wait(self, cand: np.ndarray, cpu: np.ndarray, now: float,
+                     stamps: np.ndarray | None = None) -> np.ndarray:
         """Wait added by this host's own sends that the readings do not show yet: none while the
         server still has ``cpu`` free after them, else their expected work per core."""
-        free, mine = self._free_and_pending(cand, now)
+        free, mine = self._free_and_pending(cand, now, stamps)
         if not mine.any():
             return np.zeros(cand.shape)
         return np.where(mine & (free < cpu[:, None] - 1e-9), self.sent_wait[cand], 0.0)
