@@ -44,6 +44,11 @@ class JobEntry:
     state: str = "running"           # running | done | failed | cancelled
     host: str = ""
 
+    @property
+    def usable(self) -> float:
+        """Tokens the job holds and can use: no more than its demand."""
+        return min(self.tokens, self.demand)
+
 
 class RmState:
     # Heartbeats may come as a list of several (a runtime collects those arriving close
@@ -63,7 +68,7 @@ class RmState:
         self._host_rr = 0
         self._tokens_dirty = False
         self._running = 0                # admitted jobs not yet done
-        self._held = 0.0                 # tokens they hold and can use: min(tokens, demand) each
+        self._held = 0.0                 # the tokens they hold and can use (JobEntry.usable)
         self._started_at = 0.0
 
     @property
@@ -83,9 +88,9 @@ class RmState:
         if t is JobDemand:
             e = self.jobs.get(event.job_id)
             if e is not None and e.state == "running":
-                self._held -= min(e.tokens, e.demand)
+                self._held -= e.usable
                 e.demand = float(event.remaining)
-                self._held += min(e.tokens, e.demand)
+                self._held += e.usable
                 self._tokens_dirty = True
             return []
         if t is JobDone:
@@ -185,7 +190,7 @@ class RmState:
         cap = self.capacity or self.cfg.servers * self.cfg.server_cores
         me = JobDemandView(e.job_id, e.submitted_at, e.demand)
         e.tokens = self.policy.initial(me, self._running, cap, self._demand_views, self._held)
-        self._held += min(e.tokens, e.demand)
+        self._held += e.usable
         hosts = self.cfg.jm_hosts
         e.host = hosts[self._host_rr % len(hosts)]
         self._host_rr += 1
@@ -206,8 +211,9 @@ class RmState:
         for job_id, tokens in self._allocate().items():
             e = self.jobs[job_id]
             if tokens != e.tokens:
-                self._held += min(tokens, e.demand) - min(e.tokens, e.demand)
+                self._held -= e.usable
                 e.tokens = tokens
+                self._held += e.usable
                 out.append(Send(f"jm:{job_id}", TokenGrant(job_id, tokens)))
         return out
 
@@ -218,7 +224,7 @@ class RmState:
         e.state = msg.state
         del self.jobs[msg.job_id]   # the store keeps the record; memory keeps only live jobs
         self._running -= 1
-        self._held -= min(e.tokens, e.demand)
+        self._held -= e.usable
         self._tokens_dirty = True
         return [Persist("finish", (msg.job_id, e.state, msg.reason, now)), Send(e.reply_to, msg)]
 
@@ -243,5 +249,5 @@ class RmState:
     def validate(self) -> None:
         assert self.matrices.shape == (self.cfg.servers, self.cfg.shapes)
         assert all(e.tokens >= 0 for e in self.jobs.values())
-        assert abs(self._held - sum(min(e.tokens, e.demand) for e in self.jobs.values())) < 1e-6
+        assert abs(self._held - sum(e.usable for e in self.jobs.values())) < 1e-6
         assert all(j < self.next_job_id for j in self.jobs)
