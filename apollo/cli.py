@@ -22,7 +22,8 @@ def _simulate(args: argparse.Namespace) -> int:
                     scheduler=args.scheduler, tokens=args.tokens, seed=args.seed, wire=not args.no_wire,
                     net=NetModel(latency_s=args.latency_ms / 1000, loss=args.loss),
                     fail_prob=args.fail_prob, slow_fraction=args.slow_fraction,
-                    opportunistic=args.opportunistic)
+                    opportunistic=args.opportunistic,
+                    **({"heartbeat_s": args.heartbeat} if args.heartbeat is not None else {}))
     if args.load:
         workload.scaled_to_load(args.load, cfg.servers * cfg.cores)
     for spec in args.crash or []:
@@ -234,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--json", help="write the report here")
     s.add_argument("--no-wire", action="store_true", help="skip msgpack encoding of messages (faster)")
+    s.add_argument("--heartbeat", type=float, metavar="S",
+                   help="a PN whose queues changed re-reports to the RM within S seconds (default 5)")
     s.add_argument("--latency-ms", type=float, default=0.5)
     s.add_argument("--loss", type=float, default=0.0)
     s.add_argument("--fail-prob", type=float, default=0.0, help="chance a task attempt fails")
