@@ -61,13 +61,13 @@ class JmHost:
         return [Log("warn", (f"jm host ignored {t.__name__}",))]
 
     def _on_statuses(self, batches, now: float, rng) -> list:
-        """Status batches, in arrival order (one, or several a runtime collected): their
-        readings are folded into the view, then each batch goes to its JM."""
+        """Status batches, in arrival order (one, or several a runtime collected): each one's
+        reading is folded into the view, then the batch goes to its JM."""
         out: list = []
-        self.view.apply_rows([b.server for b in batches], [b.matrix for b in batches],
-                             [b.matrix_time for b in batches])
+        apply_row = self.view.apply_row
         route = self._route
         for b in batches:
+            apply_row(b.server, b.matrix, b.matrix_time)
             r = route(b.job_id, b, now, rng)
             if r:
                 out += r

@@ -109,18 +109,3 @@ class ViewCache:
         if time > self.stamps.item(server):
             self.matrices[server] = matrix
             self.stamps[server] = time
-
-    def apply_rows(self, servers: list[int], matrices: list, times: list[float]) -> None:
-        """Readings that arrived together (a window of status batches), each kept if newer than
-        the one held; of two for one server, the newer. One numpy pass, not one per reading."""
-        if len(servers) == 1:
-            self.apply_row(servers[0], matrices[0], times[0])
-            return
-        s = np.array(servers)
-        t = np.array(times)
-        idx = np.flatnonzero(t > self.stamps[s])
-        if len(idx) == 0:
-            return
-        idx = idx[np.argsort(t[idx], kind="stable")]    # the newest last: it wins a repeated server
-        self.matrices[s[idx]] = np.array([matrices[i] for i in idx.tolist()], dtype=np.float32)
-        self.stamps[s[idx]] = t[idx]

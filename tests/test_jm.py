@@ -382,16 +382,3 @@ def test_host_takes_status_batches_as_a_list_or_one_by_one_alike():
                                  and isinstance(e.msg, Dispatch) for t in e.msg.tasks]) == [1, 2]
     assert np.array_equal(a.view.matrices, b.view.matrices) and np.array_equal(a.view.stamps, b.view.stamps)
 
-
-def test_view_takes_a_window_of_readings_at_once_newest_wins():
-    one, many = (ViewCache(6, (1.0, 2.0, 4.0), (2.0, 4.0, 8.0, 16.0)) for _ in range(2))
-    for v in (one, many):
-        v.apply_row(4, [5.0] * 12, 3.0)
-    rows = [(1, [1.0] * 12, 2.0), (4, [7.0] * 12, 2.5),     # 4: older than what the view holds
-            (2, [2.0] * 12, 2.2), (1, [3.0] * 12, 2.1),     # 1 twice: the newer one wins
-            (5, np.full(12, 6.0, np.float32), 1.0)]
-    for s, m, t in rows:
-        one.apply_row(s, m, t)
-    many.apply_rows(*map(list, zip(*rows)))
-    assert np.array_equal(one.matrices, many.matrices) and np.array_equal(one.stamps, many.stamps)
-    assert many.matrices[1, 0] == 3.0 and many.stamps[1] == 2.1 and many.matrices[4, 0] == 5.0
