@@ -381,4 +381,3 @@ def test_host_takes_status_batches_as_a_list_or_one_by_one_alike():
     assert sorted(j for j, t in [(e.msg.job_id, t) for e in together if isinstance(e, Send)
                                  and isinstance(e.msg, Dispatch) for t in e.msg.tasks]) == [1, 2]
     assert np.array_equal(a.view.matrices, b.view.matrices) and np.array_equal(a.view.stamps, b.view.stamps)
-
