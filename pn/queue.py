@@ -106,21 +106,37 @@ def release_waits(now: float, free_cpu: float, free_mem: float, releases: list[t
     """The wait matrix of a server with nothing queued: free room only grows as running tasks
     end, so each shape waits until the first release after which it fits. The same numbers as
     ``Profile(...).wait_matrix`` (capped at ``never``) without building a profile: this is
-    most servers' reading most of the time."""
+    most servers' reading most of the time. ``releases`` must be in time order (PnState._room
+    gives them so).
+
+    Both grids are ascending, so walking the releases in time order, each release lets the
+    next few cpu (and memory) sizes fit, and a shape waits for the later of its cpu's and its
+    memory's first fit (waits never decrease along the walk)."""
     eps = 1e-9
-    # waits[k], room_c[k], room_m[k]: from wait k on, this much room is free (never shrinking)
     fc, fm = free_cpu + eps, free_mem + eps
-    waits = [0.0]
-    room_c = [fc]
-    room_m = [fm]
-    for t, c, m in (sorted(releases) if len(releases) > 1 else releases):
-        fc += c
-        fm += m
-        waits.append(t - now if t > now else 0.0)
-        room_c.append(fc)
-        room_m.append(fm)
-    waits.append(never)      # index len(releases) + 1: the shape never fits
-    # A shape fits from the later of the first step with its cpu and the first with its memory.
-    first_m = [bisect.bisect_left(room_m, m) for m in mem_grid]
-    return [waits[kc if kc > km else km] for kc in [bisect.bisect_left(room_c, c) for c in cpu_grid]
-            for km in first_m]
+    nc, nm = len(cpu_grid), len(mem_grid)
+    ic = im = 0
+    while ic < nc and cpu_grid[ic] <= fc:
+        ic += 1
+    while im < nm and mem_grid[im] <= fm:
+        im += 1
+    wait_c = [0.0] * ic        # wait of each cpu size (at any memory), then of each memory size
+    wait_m = [0.0] * im
+    if ic < nc or im < nm:
+        for t, c, m in releases:
+            w = t - now if t > now else 0.0
+            fc += c
+            fm += m
+            while ic < nc and cpu_grid[ic] <= fc:
+                wait_c.append(w)
+                ic += 1
+            while im < nm and mem_grid[im] <= fm:
+                wait_m.append(w)
+                im += 1
+            if ic == nc and im == nm:
+                break
+        if ic < nc:
+            wait_c += [never] * (nc - ic)
+        if im < nm:
+            wait_m += [never] * (nm - im)
+    return [a if a > b else b for a in wait_c for b in wait_m]

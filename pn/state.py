@@ -443,7 +443,7 @@ class PnState:
             room = self._room(now, opp)
             releases = room[2]
             # The plan holds until the first running task outlives its planned end.
-            self._revise_at = min(releases)[0] if releases else float("inf")
+            self._revise_at = releases[0][0] if releases else float("inf")
             if not self.queue:
                 # Nothing queued: room only grows as running tasks end (no plan needed).
                 w = release_waits(now, *room, cfg.cpu_grid, cfg.mem_grid, NEVER_S)
@@ -465,8 +465,8 @@ class PnState:
 
     def _room(self, now: float, include_opportunistic: bool) -> tuple[float, float, list]:
         """Free cpu and memory now and the (expected end, cpu, mem) of the running tasks that
-        hold their room; running opportunistic tasks count as free unless asked. A task past
-        its runtime estimate is expected to run on (PnConfig.overrun_factor)."""
+        hold their room, in time order; running opportunistic tasks count as free unless asked.
+        A task past its runtime estimate is expected to run on (PnConfig.overrun_factor)."""
         free_c, free_m = self.free_cpu, self.free_mem
         rel = []
         overrun = self.cfg.overrun_factor
@@ -480,6 +480,8 @@ class PnState:
             if end <= now:
                 end = now + overrun * (now - a.started_at) + 1e-3
             rel.append((end, s.cpu, s.mem_gb))
+        if len(rel) > 1:
+            rel.sort()
         return free_c, free_m, rel
 
     def _heartbeat(self, now: float) -> list:
