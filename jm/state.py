@@ -127,7 +127,7 @@ class Stage:
             self.mean_in = 0.0
         else:
             self.in_bytes = spec.input_bytes
-            self.mean_in = float(self.in_bytes.mean()) if spec.tasks else 0.0
+            self.mean_in = float(np.add.reduce(self.in_bytes, dtype=np.float64)) / spec.tasks if spec.tasks else 0.0
         self.shape = 0
         self.priority = 0.0
         self.ready: deque[int] = deque()

@@ -62,7 +62,7 @@ class ViewCache:
         # Waits of the cpu shapes at the smallest memory; a bigger shape never waits less, so
         # the shapes that fit now are a prefix and their count picks the free CPUs. (Whole rows
         # are gathered, then sliced: a gather of contiguous rows is a copy per row.)
-        fits = (self.matrices[servers][..., ::len(self.mem_grid)] <= (now - stamps)[..., None]).sum(axis=-1)
+        fits = np.add.reduce(self.matrices[servers][..., ::len(self.mem_grid)] <= (now - stamps)[..., None], axis=-1)
         free = self.free_of_fits[fits]
         if mine.any():
             free = free - np.where(mine, self.sent_cpu[servers], 0.0)

@@ -63,6 +63,7 @@ class RmState:
         self.stamps = np.full(n, -1.0)
         self.boot_times = np.zeros(n)
         self.alive = np.zeros(n, dtype=np.uint8)
+        self._alive_n = 0                # alive.sum(), kept (capacity is read per admission)
         self.jobs: dict[int, JobEntry] = {}
         self.next_job_id = 0
         self._host_rr = 0
@@ -73,7 +74,7 @@ class RmState:
 
     @property
     def capacity(self) -> float:
-        return float(self.alive.sum()) * self.cfg.server_cores
+        return float(self._alive_n) * self.cfg.server_cores
 
     def handle(self, event, now: float, rng) -> list:
         t = type(event)
@@ -117,6 +118,7 @@ class RmState:
             self.boot_times[s] = hb.boot_time
         if not self.alive[s]:
             self.alive[s] = 1
+            self._alive_n += 1
             self._tokens_dirty = True
         return []
 
@@ -135,7 +137,7 @@ class RmState:
         n = self.cfg.servers
         k = self.cfg.lightly_loaded or max(8, n // 10)
         wait = np.where(self.alive == 1, self.matrices[:, 0], np.inf)
-        k = min(k, int(self.alive.sum()))
+        k = min(k, self._alive_n)
         if k <= 0:
             return np.zeros(0, dtype=np.int32)
         idx = np.argpartition(wait, k - 1)[:k] if k < n else np.arange(n)
@@ -150,6 +152,7 @@ class RmState:
         stale = (self.alive == 1) & (now - self.stamps > self.cfg.dead_after_s)
         if stale.any():
             self.alive[stale] = 0
+            self._alive_n = int(self.alive.sum())
             self._tokens_dirty = True
             out.append(Log("servers_dead", tuple(int(x) for x in np.flatnonzero(stale))))
         view = ClusterView(now, self.matrices.ravel().copy(), self.stamps.copy(), self.boot_times.copy(),
@@ -250,4 +253,5 @@ class RmState:
         assert self.matrices.shape == (self.cfg.servers, self.cfg.shapes)
         assert all(e.tokens >= 0 for e in self.jobs.values())
         assert abs(self._held - sum(e.usable for e in self.jobs.values())) < 1e-6
+        assert self._alive_n == int(self.alive.sum())
         assert all(j < self.next_job_id for j in self.jobs)
