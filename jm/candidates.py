@@ -36,7 +36,8 @@ def candidate_rows(reps: np.ndarray, topo: Topology, lightly_loaded: np.ndarray,
     if len(lightly_loaded):
         light = lightly_loaded[light]
     cand = np.concatenate((np.where(has, reps, anywhere[:, :reps.shape[1]]), in_rack, light), axis=1)
-    cand = np.sort(cand.astype(np.int64), axis=1)
+    cand = cand.astype(np.int64)      # (a copy: sorted in place, no second one)
+    cand.sort(axis=1)
     valid = np.ones(cand.shape, dtype=bool)
     valid[:, 1:] = cand[:, 1:] != cand[:, :-1]
     return cand, valid

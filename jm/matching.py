@@ -62,7 +62,7 @@ def stable_match(cand: np.ndarray, cost: np.ndarray, max_rounds: int = 32,
     if defer is not None:
         cost = np.where(cost <= defer[:, None], cost, np.inf)
     sav = savings(cost, defer)
-    order = np.argsort(cost, axis=1, kind="stable")
+    order = cost.argsort(axis=1, kind="stable")
     n_opts = np.isfinite(cost).sum(axis=1)
     ptr = np.zeros(B, dtype=np.int64)          # index into order: the server proposed to / held
     match = np.full(B, -1, dtype=np.int64)     # column k held, -1 if free

@@ -179,7 +179,7 @@ class JmState:
         self._cpu_of = np.array([st.spec.cpu for st in self.stages])
         self._bw = config.io.bandwidths()
         self._in_bytes = np.concatenate([st.in_bytes for st in self.stages]) if self.stages else np.zeros(0)
-        self.stage_of = np.repeat(np.arange(len(self.stages), dtype=np.int32), [s.n for s in self.stages])
+        self.stage_of = np.arange(len(self.stages), dtype=np.int32).repeat([s.n for s in self.stages])
         # Per-task columns, carved out of three blocks (a JM of a small job is made in a few
         # allocations, not fifteen: job start-up is on every job's critical path).
         f64 = np.zeros((7, n))
@@ -222,7 +222,7 @@ class JmState:
 
     def _release_stage(self, st: Stage, now: float) -> None:
         st.released = True
-        ids = st.offset + np.argsort(-st.in_bytes, kind="stable")  # larger input first
+        ids = st.offset + (-st.in_bytes).argsort(kind="stable")  # larger input first
         self.state[st.offset:st.offset + st.n] = int(S.READY)
         self.ready_t[st.offset:st.offset + st.n] = now
         st.ready.extend(ids.tolist())
@@ -517,7 +517,7 @@ class JmState:
             # Dispatch in order of quality while tokens last: least time lost for Apollo's
             # lookahead, else lowest expected wait first.
             order = self._quality_order(placed, wait[ok], where[ok], now) if cfg.lookahead > 1 and \
-                cfg.policy == "apollo" else np.argsort(wait[ok], kind="stable")
+                cfg.policy == "apollo" else wait[ok].argsort(kind="stable")
             placed, psrv = placed[order], servers[ok][order]
             n_placed = self._dispatch(placed, psrv, wait[ok][order], where[ok][order], now, opp_room, out)
             if n_placed < len(batch):    # the rest go back in their priority order
@@ -546,7 +546,7 @@ class JmState:
         bw = self._bw
         lost = wait + self._in_bytes[ids] * (1.0 / bw[where] - 1.0 / bw[0])
         lost[now - self.passed_at[ids] >= self.cfg.patience_s] = -1.0
-        return np.argsort(lost, kind="stable")
+        return lost.argsort(kind="stable")
 
     def _upgrade(self, now: float, out: list) -> None:
         """Freed tokens go first to this job's opportunistic attempts: they stop being
@@ -659,7 +659,7 @@ class JmState:
         where = np.full(B, REMOTE)
         ok = srv != UNMATCHED
         if ok.any():
-            k = np.argmax(cand[ok] == srv[ok, None], axis=1)
+            k = (cand[ok] == srv[ok, None]).argmax(axis=1)
             wait[ok] = W[ok, k]
             where[ok] = loc[ok, k]
         return srv, wait, where
@@ -774,11 +774,11 @@ class JmState:
                     break
                 n_opp += 1
         else:
-            reg = np.cumsum(cpu) <= reg_room + 1e-9
-            n_reg = int(np.argmin(reg)) if not reg.all() else m
-            rest_cpu = np.cumsum(cpu[n_reg:])
+            reg = cpu.cumsum() <= reg_room + 1e-9
+            n_reg = int(reg.argmin()) if not reg.all() else m
+            rest_cpu = cpu[n_reg:].cumsum()
             opp_ok = (rest_cpu <= opp_room + 1e-9) & (wait[n_reg:] <= OPPORTUNISTIC_MAX_WAIT_S)
-            n_opp = int(np.argmin(opp_ok)) if not opp_ok.all() else len(opp_ok)
+            n_opp = int(opp_ok.argmin()) if not opp_ok.all() else len(opp_ok)
         n = n_reg + n_opp
         if n == 0:
             return 0
