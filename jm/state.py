@@ -350,8 +350,9 @@ class JmState:
                     self._watch_at = min(self._watch_at, float(self._deadlines(t)))
             elif rs == RUNNING:
                 self.last_heard[t] = now
-                state[t] = step(cur, "start")
-                self.start_t[t] = r.t_start
+                if cur == DISPATCHED:        # else already known (a probe's answer): news only
+                    state[t] = step(cur, "start")
+                    self.start_t[t] = r.t_start
             elif rs == FAILED:
                 self.start_t[t] = r.t_start
                 self._attempt_over(t, now, out, "fail", r.detail or f"exit code {r.exit_code}",

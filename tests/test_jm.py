@@ -381,3 +381,20 @@ def test_host_takes_status_batches_as_a_list_or_one_by_one_alike():
     assert sorted(j for j, t in [(e.msg.job_id, t) for e in together if isinstance(e, Send)
                                  and isinstance(e.msg, Dispatch) for t in e.msg.tasks]) == [1, 2]
     assert np.array_equal(a.view.matrices, b.view.matrices) and np.array_equal(a.view.stamps, b.view.stamps)
+
+
+def test_a_second_running_report_for_a_running_attempt_is_only_news_of_it():
+    """A probe's answer for an attempt the JM already knows is running (a long task that was
+    queued first, then stayed quiet): it resets the silence clock and changes nothing else."""
+    spec = JobSpec("m", [StageSpec("map", 1, np.full(1, 2.0))])
+    j, out = jm(spec, policy="greedy")
+    (to, task), = dispatched(out)
+    srv = int(to[3:])
+    started = TaskReport(1, 0, task.attempt, int(TaskState.RUNNING), 1.0, 0.0, 0, "")
+    j.handle(StatusBatch(1, srv, [started], np.zeros(12, np.float32), 1.0), 1.0, Rng())
+    assert j.state[0] == TaskState.RUNNING
+    probed = TaskReport(1, 0, task.attempt, int(TaskState.RUNNING), 1.0, 0.0, 0, "probed")
+    out = j.handle(StatusBatch(1, srv, [probed], np.zeros(12, np.float32), 50.0), 50.0, Rng())
+    assert j.state[0] == TaskState.RUNNING and j.start_t[0] == 1.0 and j.last_heard[0] == 50.0
+    assert not dispatched(out)
+    j.validate()

@@ -123,3 +123,10 @@ def test_rm_restart_recovers_admitted_jobs_from_its_store():
     new_rm = rt.nodes["rm"].actor
     assert new_rm is not rm and new_rm.next_job_id == 10 and not new_rm.jobs
     assert [row[2] for row in rt.nodes["rm"].store.all()] == ["done"] * 10
+
+
+def test_long_tasks_probed_while_running_still_complete():
+    """Heavy-tailed tasks run long enough for their JM to probe them; a running one's answer
+    repeats what the JM knew (this once raised IllegalTransition and stopped the run)."""
+    r = run_simulation(load_workload("heavytail:jobs=300", seed=1), SimConfig(servers=300, racks=10, seed=1))
+    assert r["jobs"] == {"submitted": 300, "completed": 300, "failed": 0, "refused": 0}
