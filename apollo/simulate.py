@@ -9,7 +9,7 @@ import numpy as np
 from apollo.cluster import IoModel, Topology
 from apollo.effects import Start
 from apollo.messages import JobAccepted, JobDone, SubmitJob
-from apollo.report import Recorder, build_report
+from apollo.report import AttemptLog, Recorder, build_report
 from apollo.runtime.sim import NetModel, SimRuntime
 from apollo.spec import Workload
 from jm.host import JmHost
@@ -101,7 +101,7 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
     if cfg.scheduler not in POLICIES:
         raise ValueError(f"unknown scheduler {cfg.scheduler!r}; choose one of {', '.join(POLICIES)}")
     topo = Topology(cfg.servers, cfg.racks, cfg.cores, cfg.mem_gb)
-    rec = Recorder()
+    rec = Recorder(attempts=AttemptLog())
     rt = SimRuntime(seed=cfg.seed, net=cfg.net, wire=cfg.wire, task_model=TaskTruth(cfg, topo), log_sink=rec)
     pncfg = PnConfig(cores=cfg.cores, mem_gb=cfg.mem_gb, heartbeat_s=cfg.heartbeat_s,
                      liveness_s=cfg.liveness_s, fresh_reports=cfg.fresh_reports)

@@ -130,3 +130,17 @@ def test_long_tasks_probed_while_running_still_complete():
     repeats what the JM knew (this once raised IllegalTransition and stopped the run)."""
     r = run_simulation(load_workload("heavytail:jobs=300", seed=1), SimConfig(servers=300, racks=10, seed=1))
     assert r["jobs"] == {"submitted": 300, "completed": 300, "failed": 0, "refused": 0}
+
+
+def test_attempt_log_reads_back_the_rows_it_packed(monkeypatch):
+    from apollo.report import AttemptLog
+    monkeypatch.setattr(AttemptLog, "CHUNK", 4)
+    log = AttemptLog()
+    assert not log and len(log) == 0 and list(log) == []
+    rows = [(i, 0, i % 3, 1, 7 * i - 1, i % 3, 0.5 * i, 1.0, -1.0 if i % 2 else 2.5, 3.25, "done" if i % 4 else "moved",
+             bool(i % 2), 1.0, i % 5 == 0) for i in range(10)]
+    for r in rows:
+        log.append(r)
+    back = list(log)
+    assert len(log) == 10 and back == rows and log[9] == rows[9]
+    assert [type(x) for x in back[3]] == [type(x) for x in rows[3]]      # Python numbers, str and bools again
