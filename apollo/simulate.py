@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from apollo.cluster import IoModel, Topology
-from apollo.effects import Start
 from apollo.messages import JobAccepted, JobDone, SubmitJob
 from apollo.report import AttemptLog, Recorder, build_report
 from apollo.runtime.sim import NetModel, SimRuntime

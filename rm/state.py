@@ -8,7 +8,7 @@ hands out tokens through a pluggable TokenPolicy.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
