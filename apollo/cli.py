@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from apollo.spec import SpecError
+from jm.policies import PROFILES
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -228,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--racks", type=int, default=0, help="default: one rack per 50 servers")
     s.add_argument("--cores", type=float, default=4.0)
     s.add_argument("--mem-gb", type=float, default=16.0)
-    s.add_argument("--scheduler", default="apollo", choices=["apollo", "greedy", "random", "fifo"])
+    s.add_argument("--scheduler", default="apollo", choices=list(PROFILES))
     s.add_argument("--tokens", default="", choices=["", "even", "fifo", "fixed"], help="token policy")
     s.add_argument("--load", type=float, default=0.0, help="rescale arrivals to this CPU utilization")
     s.add_argument("--jobs", type=int, default=None, help="take the first K jobs")
@@ -257,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--procs", type=int, default=2, help="processes hosting the PNs")
     c.add_argument("--cpus", type=float, default=2.0, help="CPUs per PN")
     c.add_argument("--mem-gb", type=float, default=8.0)
-    c.add_argument("--scheduler", default="apollo", choices=["apollo", "greedy", "random", "fifo"])
+    c.add_argument("--scheduler", default="apollo", choices=list(PROFILES))
 
     sb = sub.add_parser("submit", help="submit a TOML job file")
     sb.add_argument("jobfile")

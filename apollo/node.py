@@ -102,7 +102,7 @@ def build_runtime(folder: Path, role: str, index: int) -> tuple[LiveRuntime, dic
     rt = LiveRuntime(secret, log_sink=EventFile(folder / f"events-{name}.jsonl"),
                      workdir=str(folder / "work" / name), epoch=info["epoch"], io=io)
     pncfg = pn_config(cfg)
-    shapes = len(pncfg.cpu_grid) * len(pncfg.mem_grid)
+    shapes = pncfg.grid.size
     topo = Topology(cfg["pns"], cfg["racks"], cfg["cpus"], cfg["mem_gb"])
     for p in info["processes"]:
         if p is me:
@@ -121,8 +121,8 @@ def build_runtime(folder: Path, role: str, index: int) -> tuple[LiveRuntime, dic
                store=SqliteJobStore(str(folder / "jobs.db")))
     elif role == "jm":
         # coalesce: one scheduling pass per burst of status reports (a network read), not per report
-        host = JmHost(JmConfig(topology=topo, policy=cfg.get("scheduler", "apollo"), io=io, cpu_grid=pncfg.cpu_grid,
-                               mem_grid=pncfg.mem_grid, retry_s=0.1, coalesce=True))
+        host = JmHost(JmConfig(topology=topo, policy=cfg.get("scheduler", "apollo"), io=io, grid=pncfg.grid,
+                               retry_s=0.1, coalesce=True))
         rt.add("jmhost", host)
         rt.route_prefix("jm", "jmhost")
     else:

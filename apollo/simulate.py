@@ -12,7 +12,8 @@ from apollo.report import AttemptLog, Recorder, build_report
 from apollo.runtime.sim import NetModel, SimRuntime
 from apollo.spec import Workload
 from jm.host import JmHost
-from jm.state import POLICIES, JmConfig
+from jm.policies import profile as find_profile
+from jm.state import JmConfig
 from pn.state import PnConfig, PnState
 from rm.state import RmConfig, RmState
 from rm.store import MemoryJobStore
@@ -97,19 +98,18 @@ class Client:
 
 
 def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Client, dict]:
-    if cfg.scheduler not in POLICIES:
-        raise ValueError(f"unknown scheduler {cfg.scheduler!r}; choose one of {', '.join(POLICIES)}")
+    find_profile(cfg.scheduler)      # an unknown name: a clear error before anything is built
     topo = Topology(cfg.servers, cfg.racks, cfg.cores, cfg.mem_gb)
     rec = Recorder(attempts=AttemptLog())
     rt = SimRuntime(seed=cfg.seed, net=cfg.net, wire=cfg.wire, task_model=TaskTruth(cfg, topo), log_sink=rec)
     pncfg = PnConfig(cores=cfg.cores, mem_gb=cfg.mem_gb, heartbeat_s=cfg.heartbeat_s,
                      liveness_s=cfg.liveness_s, fresh_reports=cfg.fresh_reports)
-    shapes = len(pncfg.cpu_grid) * len(pncfg.mem_grid)
-    token_name = cfg.tokens or ("fifo" if cfg.scheduler == "fifo" else "even")
+    shapes = pncfg.grid.size
+    token_name = cfg.tokens or find_profile(cfg.scheduler).tokens
     rm = RmState(RmConfig(cfg.servers, shapes, cfg.cores, cfg.mem_gb, view_interval_s=cfg.view_interval_s,
                           dead_after_s=3 * pncfg.liveness_s), make_token_policy(token_name))
-    jmcfg = JmConfig(topology=topo, policy=cfg.scheduler, io=cfg.io, cpu_grid=pncfg.cpu_grid,
-                     mem_grid=pncfg.mem_grid, opportunistic=cfg.opportunistic)
+    jmcfg = JmConfig(topology=topo, policy=cfg.scheduler, io=cfg.io, grid=pncfg.grid,
+                     opportunistic=cfg.opportunistic)
     host = JmHost(jmcfg)
     client = Client(len(workload.jobs), rt)
     rt.add("rm", rm, store=MemoryJobStore())

@@ -1,26 +1,25 @@
-"""One task's placement in plain Python: candidates -> estimation -> the cheapest server.
+"""One task's options in plain Python: its candidates and their estimated costs.
 
 A batch of one task is the common case at a job's start (every 1-task job, every
 job whose tokens free one at a time) and it is on the job's critical path. The
-vectorised path (jm.candidates, jm.estimate, JmState._place) spends ~100 us on
-numpy's per-call costs for a single row; this is the same computation on
-floats: the same random draws in the same order, the same arithmetic in the same
-order, hence the same answer (tests/test_single_placement.py holds the two to
-it). Keep the two in step: a change to one is a change to both.
+vectorised path (jm.candidates, jm.estimate) spends ~100 us on numpy's per-call
+costs for a single row; this is the same computation on floats: the same random
+draws in the same order, the same arithmetic in the same order, hence the same
+numbers (tests/test_single_placement.py holds the two to it). Keep the two in
+step: a change to one is a change to both. Filters and the choice itself are not
+here: jm.policies.pipeline runs the same ones for both paths.
 """
 from __future__ import annotations
 
 from apollo.cluster import NODE, RACK, REMOTE
 
-UNMATCHED = -1
 INF = float("inf")
 
 
-def place_one(reps: list[int], in_bytes: float, runtime: float, shape: int, cpu: float, now: float,
-              view, fail_rate, io, ecfg, topo, rng, per_rack: int, n_light: int,
-              defer_s: float) -> tuple[int, float, int]:
-    """(server or UNMATCHED, expected wait there, locality) for one task; ``defer_s`` > 0 applies
-    Apollo's deferral (JmState._place), else none."""
+def options_one(reps: list[int], in_bytes: float, runtime: float, shape: int, cpu: float, now: float,
+                view, fail_rate, io, ecfg, topo, rng, per_rack: int, n_light: int):
+    """(cand, loc, C, E, W) lists for one task: its candidate servers (sorted), their
+    localities, costs (inf: not a choice), expected completions and waits."""
     # ---- candidate_rows
     R = len(reps) * per_rack
     u = rng.random(2 * R + n_light).tolist()
@@ -82,13 +81,4 @@ def place_one(reps: list[int], in_bytes: float, runtime: float, shape: int, cpu:
         C.append(cost)
         E.append(e)
         W.append(w)
-    if defer_s > 0:
-        doubt = ecfg.stale_penalty * min(max(now - vtime, 0.0), ecfg.max_stale_s)
-        limit = io.init_s + in_bytes / bw[REMOTE] + runtime + defer_s + doubt
-        worse = [e > limit for e in E]
-        if any(worse) and view.has_idle(now):
-            C = [INF if x else cost for cost, x in zip(C, worse)]
-    best = min(range(len(C)), key=C.__getitem__)
-    if C[best] == INF:
-        return UNMATCHED, 0.0, REMOTE
-    return cand[best], W[best], loc[best]
+    return cand, loc, C, E, W

@@ -11,7 +11,7 @@ the job.
 """
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,30 +21,30 @@ from apollo.effects import Log, Send, SetTimer, Timer
 from apollo.lifecycle import TaskState, step
 from apollo.messages import (CancelJob, Dispatch, JobDemand, JobDone, KillTask, StatusBatch,
                              ProbeTask, TaskSpec, TokenGrant, UpgradeTask)
+from apollo.shapes import GRID, ShapeGrid
 from apollo.spec import JobSpec
-from pn.state import shape_index
 
 from . import estimate as est
-from .candidates import candidate_rows
-from .matching import UNMATCHED, greedy_match, stable_match
-from .single import place_one
+from .matching import UNMATCHED
+from .policies import PROFILES, Profile, profile as find_profile
+from .policies.batch import Batch
+from .policies.pipeline import place, place_one
 
 S = TaskState
 # Plain ints for the hot paths (enum attribute access is slow); same values as TaskState.
 PENDING, READY, DISPATCHED, RUNNING, DONE, FAILED = (int(S.PENDING), int(S.READY), int(S.DISPATCHED),
                                                      int(S.RUNNING), int(S.DONE), int(S.FAILED))
 OPPORTUNISTIC_MAX_WAIT_S = 0.5   # opportunistic tasks only go where they should start about now
-POLICIES = ("apollo", "greedy", "random", "fifo")
+POLICIES = tuple(PROFILES)       # scheduler names: profiles of placement policies (jm.policies)
 
 
 @dataclass(slots=True)
 class JmConfig:
     topology: Topology
-    policy: str = "apollo"
+    policy: str = "apollo"           # a profile's name (jm.policies.PROFILES)
     io: IoModel = field(default_factory=IoModel)
     estimate: est.EstimateConfig = field(default_factory=est.EstimateConfig)
-    cpu_grid: tuple[float, ...] = (1.0, 2.0, 4.0)
-    mem_grid: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0)
+    grid: ShapeGrid = GRID
     max_batch: int = 2000
     # Apollo matches up to this many ready tasks per free token and dispatches the best
     # matches (least time lost first): with tokens freeing one at a time, this is what lets the
@@ -76,13 +76,13 @@ class JmConfig:
     pipeline_s: float = 0.05
     max_pipeline: int = 32
     max_batches_per_pass: int = 64
-    # Place a batch of one task in plain floats (jm.single) rather than numpy; the same answer.
+    # Place a batch of one task through jm.single's plain floats rather than numpy; the same answer.
     # Off: always the vectorised path (the tests hold the two to each other).
     single_fast_path: bool = True
     max_rounds: int = 64
     per_rack: int = 2
     retry_s: float = 0.5
-    opportunistic: bool = True        # Apollo only: dispatch beyond tokens as opportunistic
+    opportunistic: bool = True        # where the profile's gate allows: dispatch beyond tokens as opportunistic
     opportunistic_factor: float = 1.0  # allowance = factor * tokens
     rm: str = "rm"
     # Coalesce scheduling passes: a status change arms a zero-delay "sched" timer instead of
@@ -90,18 +90,10 @@ class JmConfig:
     # rest of the same network read) shares one pass and one batch. Off by default (the
     # simulator and the unit tests see a pass per message); the live cluster turns it on.
     coalesce: bool = False
+    profile: Profile = field(init=False)     # what ``policy`` names
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"unknown scheduler {self.policy!r}; choose one of {', '.join(POLICIES)}")
-
-
-def _most_picked(servers: list[int]) -> int:
-    """How many times the most chosen server of ``servers`` is chosen (np.unique's count
-    costs ~60 us on a batch of 50; a set answers the usual "every one differs" in ~3 us)."""
-    if len(set(servers)) == len(servers):
-        return 1
-    return max(Counter(servers).values())
+        self.profile = find_profile(self.policy)
 
 
 class Stage:
@@ -146,7 +138,8 @@ class JmState:
     __slots__ = ("_bw", "_cpu_of", "_fail_rate", "_fail_seen", "_in_bytes", "_last_demand", "_now",
                  "_opp_active", "_retry_pending", "_sched_armed", "_sent", "_stage_order", "_watch_at",
                  "cfg", "done", "failed_reason", "failures", "finished", "finished_at", "job_id", "locality",
-                 "n", "outstanding_opp", "queued_seen", "reply_to", "server", "spec", "stage_of", "stages",
+                 "n", "outstanding_opp", "queued_seen", "reply_to", "server", "spec", "stage_of", "stages", "_prof",
+                 "_fstates",
                  "submitted_at", "tokens", "used_tokens", "view", "ready_t", "dispatch_t", "start_t",
                  "passed_at", "exp_wait", "last_heard", "est_sent", "attempt", "state", "opp")
 
@@ -159,6 +152,8 @@ class JmState:
         self.cfg = config
         self.view = view
         self.reply_to = reply_to
+        self._prof = prof = config.profile
+        self._fstates = tuple(f.new_state() for f in prof.filters)   # each filter's memory of this job
         topo = config.topology
         self.stages: list[Stage] = []
         offset = 0
@@ -171,7 +166,7 @@ class JmState:
                 self.stages[p].children.append(i)
             if s.dataset is not None:
                 st.reps = topo.replicas(s.dataset, np.arange(s.tasks)).astype(np.int64)
-            st.shape = shape_index(s.cpu, s.mem_gb, config.cpu_grid, config.mem_grid)
+            st.shape = config.grid.index(s.cpu, s.mem_gb)
             self.stages.append(st)
             offset += s.tasks
         n = offset
@@ -278,7 +273,7 @@ class JmState:
         st = self.state
         act = np.flatnonzero((st == DISPATCHED) | (st == RUNNING))
         inf = np.full(len(act), np.inf)
-        moves = cfg.policy == "apollo" and cfg.overdue_slack_s > 0
+        moves = self._prof.corrections and cfg.overdue_slack_s > 0
         move_due = np.where(self.queued_seen[act] & (st[act] == DISPATCHED), self._deadlines(act), inf) \
             if moves else inf
         probe_due = self._silence_limits(act) if cfg.probe_slack_s > 0 else inf
@@ -345,7 +340,7 @@ class JmState:
                 changed = True
             elif rs == DISPATCHED:       # it had to queue there
                 self.last_heard[t] = now
-                if cur == DISPATCHED and self.cfg.policy == "apollo" and self.cfg.overdue_slack_s > 0:
+                if cur == DISPATCHED and self._prof.corrections and self.cfg.overdue_slack_s > 0:
                     self.queued_seen[t] = True
                     self._watch_at = min(self._watch_at, float(self._deadlines(t)))
             elif rs == RUNNING:
@@ -482,7 +477,9 @@ class JmState:
         cfg = self.cfg
         if not self._has_ready() and not self.outstanding_opp:
             return
-        allow_opp = cfg.opportunistic and cfg.policy == "apollo"
+        prof = self._prof
+        gate = prof.gate
+        allow_opp = cfg.opportunistic and gate.opportunistic
         placed_total = 0
         blocked = False
         if self.outstanding_opp > 0 and self.tokens - self.used_tokens >= 1:
@@ -495,15 +492,15 @@ class JmState:
             return
         # Stable matching places at most one task per server slot per batch (one slot, or
         # ``depth`` for pipelined tasks): a larger batch would only cost rows pushed back unmatched.
-        cap = cfg.max_batch if cfg.policy != "apollo" else \
-            min(cfg.max_batch, max(1, self.view.alive_count) * depth)
+        cap = min(cfg.max_batch, max(1, self.view.alive_count) * depth) if prof.matcher.one_per_slot \
+            else cfg.max_batch
         for _ in range(cfg.max_batches_per_pass):
             reg_room = self.tokens * depth - self.used_tokens
             opp_room = (cfg.opportunistic_factor * max(self.tokens, 1) - self.outstanding_opp) if allow_opp else 0.0
             room = int(max(reg_room, 0) + max(opp_room, 0))
             if room <= 0:
                 break
-            want = room * cfg.lookahead if cfg.policy == "apollo" else room
+            want = room * cfg.lookahead if gate.lookahead else room
             batch = self._pop_ready(min(want, cap))
             if not batch:
                 break
@@ -518,7 +515,7 @@ class JmState:
             # Dispatch in order of quality while tokens last: least time lost for Apollo's
             # lookahead, else lowest expected wait first.
             order = self._quality_order(placed, wait[ok], where[ok], now) if cfg.lookahead > 1 and \
-                cfg.policy == "apollo" else wait[ok].argsort(kind="stable")
+                gate.lookahead else wait[ok].argsort(kind="stable")
             placed, psrv = placed[order], servers[ok][order]
             n_placed = self._dispatch(placed, psrv, wait[ok][order], where[ok][order], now, opp_room, out)
             if n_placed < len(batch):    # the rest go back in their priority order
@@ -533,10 +530,11 @@ class JmState:
                 blocked = True
         if placed_total:
             out.append(Log("decisions", (placed_total,)))
-        # Tasks Apollo deferred are matched again on the next view or status report, which is
-        # when the picture can change; other policies poll.
-        deferring = cfg.policy == "apollo" and cfg.defer_s > 0
-        if ((blocked and not deferring) or cfg.policy == "fifo") and self._has_ready() and not self._retry_pending:
+        # Tasks a filter held back to be matched again on the next view or status report (which
+        # is when the picture can change) need no poll; otherwise a blocked job polls, and
+        # profiles that poll always do.
+        deferring = any(f.rematches_on_news(cfg) for f in prof.filters)
+        if ((blocked and not deferring) or prof.polls) and self._has_ready() and not self._retry_pending:
             self._retry_pending = True
             out.append(SetTimer(cfg.retry_s, "retry"))
 
@@ -567,15 +565,6 @@ class JmState:
             out.append(Send(f"pn:{int(self.server[t])}", UpgradeTask(self.job_id, t, int(self.attempt[t]))))
             out.append(Log("upgraded", (self.job_id, t)))
 
-    def _locality_at(self, ids: np.ndarray, srv: np.ndarray) -> np.ndarray:
-        reps = np.full((len(ids), 3), -1, dtype=np.int64)
-        sidx = self.stage_of[ids]
-        for i, st in enumerate(self.stages):
-            m = sidx == i
-            if st.reps is not None and m.any():
-                reps[m] = st.reps[ids[m] - st.offset]
-        return est.localities(srv[:, None], reps, self.cfg.topology.rack_of)[:, 0]
-
     def _has_ready(self) -> bool:
         for st in self.stages:
             if st.ready:
@@ -586,7 +575,7 @@ class JmState:
         """Tasks of ``st`` one token may have in flight: 1, or more for pipelined short tasks
         (JmConfig.pipeline_s), by the stage's expected time per task with a node-local read."""
         cfg = self.cfg
-        if cfg.policy != "apollo" or cfg.pipeline_s <= 0:
+        if not self._prof.gate.pipelining or cfg.pipeline_s <= 0:
             return 1
         per_task = st.est_runtime + cfg.io.init_s + st.mean_in / self._bw[0]
         if per_task >= cfg.pipeline_s:
@@ -594,76 +583,31 @@ class JmState:
         return int(min(cfg.max_pipeline, 1 + cfg.pipeline_s // max(per_task, 1e-6)))
 
     def _place(self, ids: np.ndarray, now: float, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Server per task (UNMATCHED: not this pass), the expected wait and the locality there."""
+        """Server per task (UNMATCHED: not this pass), the expected wait and the locality there:
+        the profile's candidates, filters and matcher (jm.policies.pipeline)."""
         cfg = self.cfg
-        topo = cfg.topology
-        view = self.view
+        prof = self._prof
         sidx = self.stage_of[ids]
-        B = len(ids)
-        if cfg.policy == "random":
-            alive = np.flatnonzero(view.alive)
-            if len(alive) == 0:
-                return np.full(B, UNMATCHED, dtype=np.int64), np.zeros(B), np.full(B, REMOTE)
-            srv = alive[rng.integers(0, len(alive), size=B)].astype(np.int64)
-            return srv, np.zeros(B), self._locality_at(ids, srv)
-        if B == 1 and cfg.single_fast_path and cfg.policy in ("apollo", "greedy"):
-            # One task: the same placement in plain floats (jm.single), without numpy's per-call cost.
+        m = prof.matcher
+        per_server = self._batch_depth(sidx) if m.one_per_slot else 1
+        if len(ids) == 1 and cfg.single_fast_path and m.single:
             t = int(ids[0])
             st = self.stages[int(sidx[0])]
             local = t - st.offset
             reps1 = st.reps[local].tolist() if st.reps is not None else [-1, -1, -1]
-            s1, w1, l1 = place_one(reps1, float(st.in_bytes[local]), st.est_runtime, st.shape, st.spec.cpu, now,
-                                   view, self._fail_rate, cfg.io, cfg.estimate, topo, rng, cfg.per_rack, 2,
-                                   cfg.defer_s if cfg.policy == "apollo" else 0.0)
-            return np.array([s1], dtype=np.int64), np.array([w1]), np.array([l1])
+            b = Batch(now, self.view, cfg, ids, sidx, None, float(st.in_bytes[local]), st.est_runtime, st.shape,
+                      st.spec.cpu, per_server)
+            return place_one(b, prof, self._fstates, self._fail_rate, rng, reps1)
         reps, in_bytes, runtime, shape, cpu = self._task_columns(ids, sidx)
-        cand, valid = candidate_rows(reps, topo, view.lightly_loaded, rng, per_rack=cfg.per_rack)
-        if cfg.policy == "fifo":
-            return self._place_fifo(cand, valid, reps, shape, cpu, now)
-        loc = est.localities(cand, reps, topo.rack_of)
-        C, E, W = est.costs(cand, loc, in_bytes, runtime, shape, cpu, now, view, self._fail_rate, cfg.io,
-                            cfg.estimate, rng)
-        C[~valid] = np.inf
-        if cfg.policy == "apollo" and cfg.defer_s > 0:
-            # Some server is idle, so a task whose options here all cost more than reading its
-            # input remotely on an idle server (plus defer_s) should not queue: it is matched
-            # again in the next batch or pass. (With no server idle, queueing is the best there is.)
-            ec = cfg.estimate     # the idle server's reading is as old as the view
-            doubt = ec.stale_penalty * min(max(now - view.time, 0.0), ec.max_stale_s)
-            worse = E > (cfg.io.init_s + in_bytes / self._bw[REMOTE] + runtime + cfg.defer_s + doubt)[:, None]
-            if worse.any() and view.has_idle(now):
-                C[worse] = np.inf
-        if cfg.policy == "apollo":
-            # Pipelined short tasks: a server takes up to ``depth`` of them per batch (what they
-            # add to each other's wait there is at most pipeline_s); anything else, one.
-            if len(self.stages) == 1:
-                cap = self._depth(self.stages[0])
-            else:
-                cap = int(np.array([self._depth(st) for st in self.stages])[sidx].min())
-            # When no server is the cheapest of more tasks than it takes, deferred acceptance
-            # ends in its first round with each task holding its first proposal: that is the
-            # stable matching, and needs no rounds (always so for a batch of one task).
-            rows = np.arange(B)
-            best = C.argmin(axis=1)             # the first cheapest, as a stable argsort's
-            srv = cand[rows, best]
-            fin = np.isfinite(C[rows, best])
-            pick = srv[fin]
-            if cfg.max_rounds >= 1 and (len(pick) <= 1 or _most_picked(pick.tolist()) <= cap):
-                srv = np.where(fin, srv, UNMATCHED)
-                wait = np.where(fin, W[rows, best], 0.0)
-                where = np.where(fin, loc[rows, best], REMOTE)
-                return srv, wait, where
-            srv = stable_match(cand, C, cfg.max_rounds, capacity=cap)
-        else:  # greedy: each task in priority order, its earliest completion, updating as it goes
-            srv = greedy_match(cand, C, load=runtime * cpu / topo.cores)
-        wait = np.zeros(B)
-        where = np.full(B, REMOTE)
-        ok = srv != UNMATCHED
-        if ok.any():
-            k = (cand[ok] == srv[ok, None]).argmax(axis=1)
-            wait[ok] = W[ok, k]
-            where[ok] = loc[ok, k]
-        return srv, wait, where
+        b = Batch(now, self.view, cfg, ids, sidx, reps, in_bytes, runtime, shape, cpu, per_server)
+        return place(b, prof, self._fstates, self._fail_rate, rng)
+
+    def _batch_depth(self, sidx: np.ndarray) -> int:
+        """Tasks one server may take in a batch: the smallest pipelining depth among its stages
+        (what pipelined short tasks add to each other's wait there is at most pipeline_s)."""
+        if len(self.stages) == 1:
+            return self._depth(self.stages[0])
+        return int(np.array([self._depth(st) for st in self.stages])[sidx].min())
 
     def _task_columns(self, ids: np.ndarray, sidx: np.ndarray):
         """Per task of ``ids``: replica servers (-1: none), input bytes, runtime estimate, grid
@@ -692,52 +636,6 @@ class JmState:
             shape[m] = st.shape
             cpu[m] = st.spec.cpu
         return reps, in_bytes, runtime, shape, cpu
-
-    def _place_fifo(self, cand, valid, reps, shape, cpu, now) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Hadoop FIFO: a task goes only where a slot is free now, node-local first, then rack, then any."""
-        self._now = now
-        view = self.view
-        topo = self.cfg.topology
-        B = len(cand)
-        free = self._free_cpu_now()
-        srv = np.full(B, UNMATCHED, dtype=np.int64)
-        light = view.lightly_loaded
-        loc = est.localities(cand, reps, topo.rack_of)
-        for b in range(B):
-            choice = -1
-            for level in (0, 1, 2):
-                for k in np.flatnonzero(valid[b] & (loc[b] == level)):
-                    s = int(cand[b, k])
-                    if free[s] >= cpu[b]:
-                        choice = s
-                        break
-                if choice >= 0:
-                    break
-            if choice < 0:
-                for s in light.tolist():
-                    if free[s] >= cpu[b]:
-                        choice = s
-                        break
-            if choice >= 0:
-                srv[b] = choice
-                free[choice] = free[choice] - cpu[b]
-        where = np.full(B, REMOTE)
-        ok = srv != UNMATCHED
-        if ok.any():
-            where[ok] = est.localities(srv[ok, None], reps[ok], topo.rack_of)[:, 0]
-        return srv, np.zeros(B), where
-
-    def _free_cpu_now(self) -> "dict[int, float]":
-        """CPUs free per server as the view reports them, less what this host sent since."""
-        view = self.view
-        now = self._now
-
-        class Free(dict):
-            def __missing__(d, s):
-                f = float(view.free_cpu(np.array([s]), now)[0]) if view.alive[s] else 0.0
-                d[s] = f
-                return f
-        return Free()
 
     def _dispatch(self, ids: np.ndarray, srv: np.ndarray, wait: np.ndarray, where: np.ndarray, now: float,
                   opp_room: float, out: list) -> int:

@@ -10,17 +10,18 @@ from __future__ import annotations
 import numpy as np
 
 from apollo.messages import ClusterView
+from apollo.shapes import GRID, ShapeGrid
 
 IDLE_CHECK_S = 0.01     # has_idle re-scans the lightly loaded servers at most this often
 
 
 class ViewCache:
-    def __init__(self, servers: int, cpu_grid: tuple[float, ...], mem_grid: tuple[float, ...]) -> None:
+    def __init__(self, servers: int, grid: ShapeGrid = GRID) -> None:
         self.servers = servers
-        self.cpu_grid = cpu_grid
-        self.mem_grid = mem_grid
-        self.shapes = shapes = len(cpu_grid) * len(mem_grid)
-        self.free_of_fits = np.array((0.0,) + tuple(cpu_grid))    # k shapes fit -> CPUs free
+        self.cpu_grid = grid.cpu
+        self.mem_grid = grid.mem
+        self.shapes = shapes = grid.size
+        self.free_of_fits = np.array((0.0,) + tuple(grid.cpu))    # k shapes fit -> CPUs free
         self.matrices = np.zeros((servers, shapes), dtype=np.float32)
         self.stamps = np.full(servers, -np.inf)
         self.boot_times = np.zeros(servers)

@@ -18,6 +18,7 @@ from apollo.effects import Kill, Launch, Log, Send, SetTimer, Start, TaskExited,
 from apollo.lifecycle import TaskState, step
 from apollo.messages import (Dispatch, Heartbeat, KillTask, ProbeTask, StatusBatch, TaskReport, TaskSpec,
                              UpgradeTask)
+from apollo.shapes import GRID, ShapeGrid
 
 from .queue import Profile, release_waits
 
@@ -28,8 +29,7 @@ NEVER_S = 1e9  # a wait that cannot happen (the shape exceeds the server); finit
 class PnConfig:
     cores: float = 4.0
     mem_gb: float = 16.0
-    cpu_grid: tuple[float, ...] = (1.0, 2.0, 4.0)
-    mem_grid: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0)
+    grid: ShapeGrid = GRID           # the shapes its wait-time matrix covers (apollo.shapes)
     heartbeat_s: float = 1.0         # soonest re-report after the queue changed
     liveness_s: float = 15.0         # report at least this often even when nothing changed
     # Status batches carry a reading planned now (True) or the last one planned, with its older
@@ -81,13 +81,6 @@ def _weighted_pick(w: list[float], rng) -> int:
     cdf = list(itertools.accumulate(x / total for x in w))
     last = cdf[-1]
     return min(bisect.bisect_right(cdf, rng.random() * last), len(w) - 1)
-
-
-def shape_index(cpu: float, mem: float, cpu_grid: tuple, mem_grid: tuple) -> int:
-    """Index of the smallest grid shape that holds (cpu, mem); the largest one if none does."""
-    ci = next((i for i, c in enumerate(cpu_grid) if c >= cpu - 1e-9), len(cpu_grid) - 1)
-    mi = next((i for i, m in enumerate(mem_grid) if m >= mem - 1e-9), len(mem_grid) - 1)
-    return ci * len(mem_grid) + mi
 
 
 class PnState:
@@ -446,10 +439,10 @@ class PnState:
             self._revise_at = releases[0][0] if releases else float("inf")
             if not self.queue:
                 # Nothing queued: room only grows as running tasks end (no plan needed).
-                w = release_waits(now, *room, cfg.cpu_grid, cfg.mem_grid, NEVER_S)
+                w = release_waits(now, *room, cfg.grid.cpu, cfg.grid.mem, NEVER_S)
             else:
                 prof, _ = self._plan(now, opp, room)
-                w = [min(x, NEVER_S) for x in prof.wait_matrix(cfg.cpu_grid, cfg.mem_grid)]
+                w = [min(x, NEVER_S) for x in prof.wait_matrix(cfg.grid.cpu, cfg.grid.mem)]
             self._waits, self._planned_at, self._avail = w, now, None
             self._matrix = w
             self._matrix_time = now

@@ -97,7 +97,7 @@ TOPO = Topology(8, 2, 2.0, 8.0)
 
 
 def _view(stamp=0.0):
-    v = ViewCache(8, (1.0, 2.0, 4.0), (2.0, 4.0, 8.0, 16.0))
+    v = ViewCache(8)
     v.stamps[:] = stamp
     v.time = stamp
     return v

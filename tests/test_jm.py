@@ -19,7 +19,7 @@ TOPO = Topology(20, 4)
 
 
 def view(wait=0.0, stamp=0.0):
-    v = ViewCache(20, (1.0, 2.0, 4.0), (2.0, 4.0, 8.0, 16.0))
+    v = ViewCache(20)
     v.matrices[:] = wait
     v.stamps[:] = stamp
     return v

@@ -52,11 +52,11 @@ def cluster_actors():
     """The actors and configs of apollo.simulate.build(), at test speed."""
     topo = Topology(SERVERS, RACKS, 4.0, 16.0)
     pncfg = PnConfig(cores=4.0, mem_gb=16.0, heartbeat_s=0.1, liveness_s=0.3)
-    shapes = len(pncfg.cpu_grid) * len(pncfg.mem_grid)
+    shapes = pncfg.grid.size
     rm = RmState(RmConfig(SERVERS, shapes, 4.0, 16.0, view_interval_s=0.2, dead_after_s=1.0),
                  make_token_policy("even"))
-    jmcfg = JmConfig(topology=topo, policy="apollo", io=IoModel(), cpu_grid=pncfg.cpu_grid,
-                     mem_grid=pncfg.mem_grid, opportunistic=False)
+    jmcfg = JmConfig(topology=topo, policy="apollo", io=IoModel(), grid=pncfg.grid,
+                     opportunistic=False)
     return rm, JmHost(jmcfg), [PnState(s, pncfg) for s in range(SERVERS)]
 
 

@@ -5,7 +5,8 @@ import pytest
 from apollo.effects import Kill, Launch, Send, SetTimer, Start, TaskExited, Timer
 from apollo.lifecycle import TaskState
 from apollo.messages import Dispatch, Heartbeat, KillTask, StatusBatch
-from pn.state import NEVER_S, PnConfig, PnState, shape_index
+from apollo.shapes import ShapeGrid
+from pn.state import NEVER_S, PnConfig, PnState
 
 from helpers import Rng, task
 
@@ -128,10 +129,11 @@ def test_queue_change_schedules_an_early_heartbeat():
 
 
 def test_shape_index():
-    grid_c, grid_m = (1.0, 2.0, 4.0), (2.0, 4.0, 8.0, 16.0)
-    assert shape_index(1, 2, grid_c, grid_m) == 0
-    assert shape_index(1.5, 3, grid_c, grid_m) == 1 * 4 + 1
-    assert shape_index(64, 64, grid_c, grid_m) == 11
+    grid = ShapeGrid((1.0, 2.0, 4.0), (2.0, 4.0, 8.0, 16.0))
+    assert grid.index(1, 2) == 0
+    assert grid.index(1.5, 3) == 1 * 4 + 1
+    assert grid.index(64, 64) == 11
+    assert grid.size == 12
 
 
 def test_a_task_past_its_estimate_is_planned_to_run_on_and_reported_again():

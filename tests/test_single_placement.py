@@ -5,17 +5,19 @@ import numpy as np
 from hypothesis import given, settings, strategies as hs
 
 from apollo.cluster import IoModel, Topology
+from apollo.shapes import ShapeGrid
 from apollo.spec import JobSpec, StageSpec
 from jm.state import JmConfig, JmState
 from jm.view import ViewCache
 
-CPU_GRID, MEM_GRID = (1.0, 2.0, 4.0), (2.0, 4.0, 8.0, 16.0)
+GRID = ShapeGrid((1.0, 2.0, 4.0), (2.0, 4.0, 8.0, 16.0))
+CPU_GRID, MEM_GRID = GRID.cpu, GRID.mem
 
 
 def scene(seed: int, servers: int, racks: int, policy: str, with_input: bool, failures: bool):
     g = np.random.default_rng(seed)
     topo = Topology(servers, racks, 4.0, 16.0)
-    view = ViewCache(servers, CPU_GRID, MEM_GRID)
+    view = ViewCache(servers, GRID)
     shapes = len(CPU_GRID) * len(MEM_GRID)
     # Waits that grow with the shape (as PNs report), some zero, some "never fits".
     base = np.where(g.random(servers) < 0.3, 0.0, g.exponential(5.0, servers))
@@ -34,7 +36,7 @@ def scene(seed: int, servers: int, racks: int, policy: str, with_input: bool, fa
                       mem_gb=float(g.choice([1.0, 3.0, 12.0])),
                       input_bytes=np.array([float(g.exponential(3e8))]) if with_input else None,
                       dataset="d" if with_input else None)
-    cfg = JmConfig(topology=topo, policy=policy, io=IoModel(), cpu_grid=CPU_GRID, mem_grid=MEM_GRID)
+    cfg = JmConfig(topology=topo, policy=policy, io=IoModel(), grid=GRID)
     jm = JmState(1, JobSpec("j", [stage]), 4, 0.0, cfg, view)
     if failures:
         for s in g.choice(servers, size=3):

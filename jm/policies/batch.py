@@ -1,0 +1,51 @@
+"""What a placement policy sees: a read-only snapshot of the batch of tasks being placed.
+
+Per task (row): ids, stage, replica servers, input bytes, runtime estimate, grid shape, CPUs.
+Per (task, candidate): the candidate server, whether it is a real (non-repeated) choice,
+its locality, and once the matcher asks for them, the estimated cost C, completion E and
+queue wait W. Filters do not write into it: they return a Cut, which the pipeline applies.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """Drop every candidate whose ``column`` ("E": expected completion s, "loc": 0 node,
+    1 rack, 2 remote) is above ``limit`` (a number, or one per task); ``only_if``, when given,
+    is asked only if some candidate would be dropped (it may be costly), and the cut applies
+    only if it says yes. A task left with no candidate is held back this round."""
+    column: str
+    limit: float | np.ndarray
+    only_if: Callable[[], bool] | None = None
+
+
+class Batch:
+    __slots__ = ("now", "view", "cfg", "topology", "ids", "sidx", "reps", "in_bytes", "runtime", "shape", "cpu",
+                 "per_server", "cand", "valid", "loc", "C", "E", "W", "max_loc")
+
+    def __init__(self, now: float, view, cfg, ids, sidx, reps, in_bytes, runtime, shape, cpu,
+                 per_server: int) -> None:
+        self.now = now
+        self.view = view            # the host's ViewCache (read-only here)
+        self.cfg = cfg              # the JmConfig
+        self.topology = cfg.topology
+        self.ids = ids
+        self.sidx = sidx
+        self.reps = reps
+        self.in_bytes = in_bytes
+        self.runtime = runtime
+        self.shape = shape
+        self.cpu = cpu
+        self.per_server = per_server    # tasks one server may take per batch (pipelined short tasks)
+        self.cand = self.valid = self.loc = None
+        self.C = self.E = self.W = None
+        self.max_loc = None         # the tightest "loc" cut per task, if any (matchers that look
+                                    # beyond the candidates honour it)
+
+    def __len__(self) -> int:
+        return len(self.ids)

@@ -1,0 +1,43 @@
+"""Apollo's deferral: while some server is idle, a task does not queue behind others.
+
+A task whose options all cost more than reading its input remotely on an idle server
+(plus JmConfig.defer_s) stays in the ready list instead: the token is better spent on a
+server that is free, and the task is matched again in the next batch or pass, which is
+when the picture can change (so the job does not poll for it).
+"""
+from __future__ import annotations
+
+from .batch import Batch, Cut
+
+
+class Deferral:
+    name = "deferral"
+    needs_costs = True
+
+    def new_state(self):
+        return None
+
+    def active(self, cfg) -> bool:
+        return cfg.defer_s > 0
+
+    def rematches_on_news(self, cfg) -> bool:
+        """Whether a task this filter holds back is looked at again on the next status or view
+        (else the job polls)."""
+        return self.active(cfg)
+
+    def cut(self, b: Batch, state) -> Cut | None:
+        cfg = b.cfg
+        if cfg.defer_s <= 0:
+            return None
+        ec, io = cfg.estimate, cfg.io
+        doubt = ec.stale_penalty * min(max(b.now - b.view.time, 0.0), ec.max_stale_s)  # the idle server's
+        # reading is as old as the view; in_bytes and runtime are floats for one task, arrays for many
+        limit = io.init_s + b.in_bytes / io.remote_bytes_per_s + b.runtime + cfg.defer_s + doubt
+        view, now = b.view, b.now
+        return Cut("E", limit, lambda: view.has_idle(now))
+
+    def wake_at(self, state, now: float) -> float | None:
+        return None
+
+    def dispatched(self, state, where, now: float) -> None:
+        pass

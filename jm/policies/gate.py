@@ -1,0 +1,26 @@
+"""Dispatch gates: how many of a job's placed tasks may go out, and as what.
+
+Every profile dispatches regular tasks while the job's tokens last. A gate adds, per
+profile: opportunistic tasks beyond the tokens (Apollo section 3.4: an allowance of
+``opportunistic_factor`` x tokens, only where the task should start about now); lookahead
+(match several ready tasks per free token and send the ones that lose least time); and
+pipelining (a token may keep a few short tasks queued behind the one it runs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchGate:
+    opportunistic: bool = False      # beyond tokens, as opportunistic tasks (if JmConfig allows)
+    lookahead: bool = False          # match JmConfig.lookahead tasks per free token, best first
+    pipelining: bool = False         # short tasks: JmConfig.pipeline_s of work per token
+
+    def describe(self) -> list[str]:
+        return [n for n, on in (("opportunistic", self.opportunistic), ("lookahead", self.lookahead),
+                                ("pipelining", self.pipelining)) if on]
+
+
+TOKENS = DispatchGate()
+APOLLO = DispatchGate(opportunistic=True, lookahead=True, pipelining=True)

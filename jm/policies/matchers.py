@@ -1,0 +1,146 @@
+"""Matchers: given a batch's candidates (and their costs), pick a server per task.
+
+- StableMatching (Apollo): deferred acceptance over estimated costs; a server takes up to
+  ``per_server`` tasks of a batch.
+- GreedyMatching: each task in priority order takes its cheapest server, updating as it goes.
+- RandomPlacement: any live server, at random (a baseline; no candidates, no costs).
+- FreeSlot (Hadoop's FIFO and the fair scheduler): a task goes only where a slot is free now,
+  node-local first, then rack-local, then any lightly loaded server.
+
+``match`` returns (servers, waits, localities); waits/localities None: read them off the
+candidate the server was (the pipeline does).
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from apollo.cluster import REMOTE
+
+from .. import estimate as est
+from ..candidates import candidate_rows
+from ..matching import UNMATCHED, greedy_match, stable_match
+from .batch import Batch
+
+
+def _most_picked(servers: list[int]) -> int:
+    """How many times the most chosen server of ``servers`` is chosen (np.unique's count
+    costs ~60 us on a batch of 50; a set answers the usual "every one differs" in ~3 us)."""
+    if len(set(servers)) == len(servers):
+        return 1
+    return max(Counter(servers).values())
+
+
+class Matcher:
+    name = "base"
+    needs_costs = True       # the pipeline estimates C, E, W for every candidate first
+    single = False           # a batch of one task may take jm.single's float path (its answer: the cheapest)
+    one_per_slot = False     # at most one task per server slot per batch (larger batches are wasted)
+
+    def candidates(self, b: Batch, rng):
+        """(cand int64[B, K], valid bool[B, K]), or None when there is nowhere to go."""
+        return candidate_rows(b.reps, b.topology, b.view.lightly_loaded, rng, per_rack=b.cfg.per_rack)
+
+    def match(self, b: Batch):
+        raise NotImplementedError
+
+
+class StableMatching(Matcher):
+    name = "stable-matching"
+    single = True
+    one_per_slot = True
+
+    def match(self, b: Batch):
+        C, cand = b.C, b.cand
+        cap = b.per_server
+        # When no server is the cheapest of more tasks than it takes, deferred acceptance ends
+        # in its first round with each task holding its first proposal: that is the stable
+        # matching, and needs no rounds (always so for a batch of one task).
+        rows = np.arange(len(cand))
+        best = C.argmin(axis=1)             # the first cheapest, as a stable argsort's
+        srv = cand[rows, best]
+        fin = np.isfinite(C[rows, best])
+        pick = srv[fin]
+        if b.cfg.max_rounds >= 1 and (len(pick) <= 1 or _most_picked(pick.tolist()) <= cap):
+            return (np.where(fin, srv, UNMATCHED), np.where(fin, b.W[rows, best], 0.0),
+                    np.where(fin, b.loc[rows, best], REMOTE))
+        return stable_match(cand, C, b.cfg.max_rounds, capacity=cap), None, None
+
+
+class GreedyMatching(Matcher):
+    name = "greedy"
+    single = True
+
+    def match(self, b: Batch):
+        return greedy_match(b.cand, b.C, load=b.runtime * b.cpu / b.topology.cores), None, None
+
+
+class RandomPlacement(Matcher):
+    name = "random"
+    needs_costs = False
+
+    def candidates(self, b: Batch, rng):
+        alive = np.flatnonzero(b.view.alive)
+        if len(alive) == 0:
+            return None
+        srv = alive[rng.integers(0, len(alive), size=len(b))].astype(np.int64)
+        return srv[:, None], np.ones((len(b), 1), dtype=bool)
+
+    def match(self, b: Batch):
+        srv = np.where(b.valid[:, 0], b.cand[:, 0], UNMATCHED)
+        return srv, np.zeros(len(b)), b.loc[:, 0].astype(np.int64) if b.valid.all() else \
+            np.where(b.valid[:, 0], b.loc[:, 0], REMOTE)
+
+
+class FreeSlot(Matcher):
+    name = "free-slot"
+    needs_costs = False
+
+    def match(self, b: Batch):
+        view, now = b.view, b.now
+        cand, valid, loc, cpu = b.cand, b.valid, b.loc, b.cpu
+        free = _FreeNow(view, now)
+        B = len(cand)
+        srv = np.full(B, UNMATCHED, dtype=np.int64)
+        light = view.lightly_loaded
+        any_ok = np.ones(B, dtype=bool) if b.max_loc is None else np.broadcast_to(b.max_loc >= REMOTE, (B,))
+        for i in range(B):
+            choice = -1
+            for level in (0, 1, 2):
+                for k in np.flatnonzero(valid[i] & (loc[i] == level)):
+                    s = int(cand[i, k])
+                    if free[s] >= cpu[i]:
+                        choice = s
+                        break
+                if choice >= 0:
+                    break
+            if choice < 0 and any_ok[i]:
+                for s in light.tolist():
+                    if free[s] >= cpu[i]:
+                        choice = s
+                        break
+            if choice >= 0:
+                srv[i] = choice
+                free[choice] = free[choice] - cpu[i]
+        where = np.full(B, REMOTE)
+        ok = srv != UNMATCHED
+        if ok.any():
+            where[ok] = est.localities(srv[ok, None], b.reps[ok], b.topology.rack_of)[:, 0]
+        return srv, np.zeros(B), where
+
+
+class _FreeNow(dict):
+    """CPUs free per server as the view reports them, less what this host sent since
+    (looked up on first use)."""
+
+    def __init__(self, view, now: float) -> None:
+        super().__init__()
+        self.view = view
+        self.now = now
+
+    def __missing__(self, s):
+        view = self.view
+        f = float(view.free_cpu(np.array([s]), self.now)[0]) if view.alive[s] else 0.0
+        self[s] = f
+        return f

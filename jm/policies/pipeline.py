@@ -1,0 +1,89 @@
+"""The one placement pipeline: candidates -> costs -> filters' cuts -> the matcher.
+
+A batch of many tasks goes through numpy; a batch of one task (the common case at a job's
+start, and whenever tokens free one at a time) gets its candidates and costs from jm.single
+in plain floats, the same numbers (tests/test_single_placement.py holds the two paths to
+each other), and then the same filters and the same choice of the cheapest.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from apollo.cluster import REMOTE
+
+from .. import estimate as est
+from ..matching import UNMATCHED
+from ..single import options_one
+from .batch import Batch, Cut
+
+INF = float("inf")
+
+
+def _unmatched(B: int):
+    return np.full(B, UNMATCHED, dtype=np.int64), np.zeros(B), np.full(B, REMOTE)
+
+
+def place(b: Batch, profile, states, fail_rate, rng):
+    """(server or UNMATCHED, expected wait there, locality) per task of ``b``."""
+    m = profile.matcher
+    got = m.candidates(b, rng)
+    if got is None:
+        return _unmatched(len(b))
+    b.cand, b.valid = got
+    cfg = b.cfg
+    b.loc = est.localities(b.cand, b.reps, b.topology.rack_of)
+    if m.needs_costs:
+        b.C, b.E, b.W = est.costs(b.cand, b.loc, b.in_bytes, b.runtime, b.shape, b.cpu, b.now, b.view, fail_rate,
+                                  cfg.io, cfg.estimate, rng)
+        b.C[~b.valid] = np.inf
+    for f, st in zip(profile.filters, states):
+        if f.needs_costs and b.E is None:
+            continue            # a filter over estimates under a matcher that makes none
+        cut = f.cut(b, st)
+        if cut is not None:
+            _apply(b, cut)
+    srv, wait, where = m.match(b)
+    if wait is None:
+        B = len(b)
+        wait = np.zeros(B)
+        where = np.full(B, REMOTE)
+        ok = srv != UNMATCHED
+        if ok.any():
+            k = (b.cand[ok] == srv[ok, None]).argmax(axis=1)
+            wait[ok] = b.W[ok, k]
+            where[ok] = b.loc[ok, k]
+    return srv, wait, where
+
+
+def _apply(b: Batch, cut: Cut) -> None:
+    col = b.E if cut.column == "E" else b.loc
+    lim = cut.limit
+    worse = col > (lim[:, None] if np.ndim(lim) else lim)
+    if not worse.any() or (cut.only_if is not None and not cut.only_if()):
+        return
+    if b.C is not None:
+        b.C[worse] = np.inf
+    b.valid = b.valid & ~worse
+    if cut.column == "loc":
+        lim = np.broadcast_to(np.asarray(lim, dtype=float), (len(b),))
+        b.max_loc = lim if b.max_loc is None else np.minimum(b.max_loc, lim)
+
+
+def place_one(b: Batch, profile, states, fail_rate, rng, reps: list[int]):
+    """The same for a batch of one task (``b``'s per-task fields are plain floats); the
+    matcher must be one whose answer for one task is its cheapest candidate."""
+    cfg = b.cfg
+    cand, loc, C, E, W = options_one(reps, b.in_bytes, b.runtime, b.shape, b.cpu, b.now, b.view, fail_rate, cfg.io,
+                                     cfg.estimate, b.topology, rng, cfg.per_rack, 2)
+    for f, st in zip(profile.filters, states):
+        cut = f.cut(b, st)
+        if cut is None:
+            continue
+        lim = cut.limit
+        worse = [x > lim for x in (E if cut.column == "E" else loc)]
+        if any(worse) and (cut.only_if is None or cut.only_if()):
+            C = [INF if x else c for c, x in zip(C, worse)]
+    best = min(range(len(C)), key=C.__getitem__)
+    if C[best] == INF:
+        return _unmatched(1)
+    return np.array([cand[best]], dtype=np.int64), np.array([W[best]]), np.array([loc[best]])
