@@ -533,8 +533,8 @@ class JmState:
         # Tasks a filter held back to be matched again on the next view or status report (which
         # is when the picture can change) need no poll; otherwise a blocked job polls, and
         # profiles that poll always do.
-        deferring = any(f.rematches_on_news(cfg) for f in prof.filters)
-        if ((blocked and not deferring) or prof.polls) and self._has_ready() and not self._retry_pending:
+        if (prof.polls or (blocked and not any(f.rematches_on_news(cfg) for f in prof.filters))) \
+                and self._has_ready() and not self._retry_pending:
             self._retry_pending = True
             out.append(SetTimer(cfg.retry_s, "retry"))
 
@@ -589,17 +589,17 @@ class JmState:
         prof = self._prof
         sidx = self.stage_of[ids]
         m = prof.matcher
-        per_server = self._batch_depth(sidx) if m.one_per_slot else 1
         if len(ids) == 1 and cfg.single_fast_path and m.single:
             t = int(ids[0])
             st = self.stages[int(sidx[0])]
             local = t - st.offset
             reps1 = st.reps[local].tolist() if st.reps is not None else [-1, -1, -1]
             b = Batch(now, self.view, cfg, ids, sidx, None, float(st.in_bytes[local]), st.est_runtime, st.shape,
-                      st.spec.cpu, per_server)
+                      st.spec.cpu, 1)
             return place_one(b, prof, self._fstates, self._fail_rate, rng, reps1)
         reps, in_bytes, runtime, shape, cpu = self._task_columns(ids, sidx)
-        b = Batch(now, self.view, cfg, ids, sidx, reps, in_bytes, runtime, shape, cpu, per_server)
+        b = Batch(now, self.view, cfg, ids, sidx, reps, in_bytes, runtime, shape, cpu,
+                  self._batch_depth(sidx) if m.one_per_slot else 1)
         return place(b, prof, self._fstates, self._fail_rate, rng)
 
     def _batch_depth(self, sidx: np.ndarray) -> int:

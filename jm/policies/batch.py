@@ -7,14 +7,12 @@ queue wait W. Filters do not write into it: they return a Cut, which the pipelin
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 
-@dataclass(frozen=True, slots=True)
-class Cut:
+class Cut(NamedTuple):
     """Drop every candidate whose ``column`` ("E": expected completion s, "loc": 0 node,
     1 rack, 2 remote) is above ``limit`` (a number, or one per task); ``only_if``, when given,
     is asked only if some candidate would be dropped (it may be costly), and the cut applies
