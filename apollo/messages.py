@@ -492,3 +492,13 @@ class ProbeTask(Message):
     job_id: int
     task: int
     attempt: int
+
+
+@message(15, job_id=NAT, tokens=NAT, within_s=FLOAT)
+class ReclaimTokens(Message):
+    """RM -> JM: the sharing plane takes tokens back (preemption, or a lender reclaiming its
+    guarantee). The job now holds ``tokens``; regular attempts above that which have not ended
+    within ``within_s`` seconds (0: at once) are killed, youngest first, and placed again."""
+    job_id: int
+    tokens: int
+    within_s: float

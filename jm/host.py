@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from apollo.effects import CancelTimer, Log, Send, SetTimer, Start, Timer
-from apollo.messages import CancelJob, ClusterView, JobDone, StartJob, StatusBatch, TokenGrant
+from apollo.messages import CancelJob, ClusterView, JobDone, ReclaimTokens, StartJob, StatusBatch, TokenGrant
 
 from .state import JmConfig, JmState
 from .view import ViewCache
@@ -54,7 +54,7 @@ class JmHost:
             return self._route(job_id, Timer(key), now, rng)
         if t is StartJob:
             return self._start(event, now, rng)
-        if t is TokenGrant or t is CancelJob:
+        if t is TokenGrant or t is CancelJob or t is ReclaimTokens:
             return self._route(event.job_id, event, now, rng)
         if t is Start:
             return []

@@ -20,7 +20,7 @@ from apollo.cluster import REMOTE, IoModel, Topology
 from apollo.effects import Log, Send, SetTimer, Timer
 from apollo.lifecycle import TaskState, step
 from apollo.messages import (CancelJob, Dispatch, JobDemand, JobDone, KillTask, StatusBatch,
-                             ProbeTask, TaskSpec, TokenGrant, UpgradeTask)
+                             ProbeTask, ReclaimTokens, TaskSpec, TokenGrant, UpgradeTask)
 from apollo.shapes import GRID, ShapeGrid
 from apollo.spec import JobSpec
 
@@ -82,6 +82,11 @@ class JmConfig:
     max_rounds: int = 64
     per_rack: int = 2
     retry_s: float = 0.5
+    # Delay scheduling (a filter some profiles compose): W1, how long a job waits for a
+    # node-local slot, and W2, how long more for a rack-local one (the HFS paper's Fig. 11 ran
+    # with W1 = 5 s; its sensitivity study shows 5 s is enough for ~100% node locality).
+    delay_node_s: float = 5.0
+    delay_rack_s: float = 5.0
     opportunistic: bool = True        # where the profile's gate allows: dispatch beyond tokens as opportunistic
     opportunistic_factor: float = 1.0  # allowance = factor * tokens
     rm: str = "rm"
@@ -241,8 +246,18 @@ class JmState:
         elif t is TokenGrant:
             self.tokens = event.tokens
             self._schedule(now, rng, out)
+        elif t is ReclaimTokens:
+            self.tokens = event.tokens
+            if event.within_s <= 0:
+                self._give_back(now, out)
+            else:
+                out.append(SetTimer(event.within_s, "reclaim"))
+            self._schedule(now, rng, out)
         elif t is Timer:
-            if event.key == "retry":
+            if event.key == "reclaim":
+                self._give_back(now, out)
+                self._schedule(now, rng, out)
+            elif event.key == "retry":
                 self._retry_pending = False
                 self._schedule(now, rng, out)
             elif event.key == "sched":
@@ -251,6 +266,28 @@ class JmState:
         elif t is CancelJob:
             self._finish(False, "cancelled", now, out)
         return out
+
+    def _give_back(self, now: float, out: list) -> None:
+        """Kill regular attempts until this job holds no more than its tokens (the sharing plane
+        took some back and they did not end by themselves in time): the youngest first, those
+        still queued before any running one, since they lose the least work. The tasks go back
+        to the ready list; the attempts are recorded as preempted."""
+        excess = self.used_tokens - self.tokens
+        if excess <= 1e-9:
+            return
+        st = self.state
+        act = np.flatnonzero(((st == DISPATCHED) | (st == RUNNING)) & ~self.opp)
+        # youngest first: queued ones (by dispatch, newest first), then running (newest start first)
+        started = st[act] == RUNNING
+        age_key = np.where(started, self.start_t[act], self.dispatch_t[act] + 1e12)
+        for t in act[np.argsort(-age_key, kind="stable")].tolist():
+            if excess <= 1e-9:
+                break
+            cpu = self.stages[self.stage_of.item(t)].spec.cpu
+            out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
+            self._attempt_over(t, now, out, "requeue", "preempted", blame=False, outcome="preempted")
+            excess -= cpu
+        self._last_demand = -1      # tell the RM what it holds now
 
     def wants_view(self, now: float) -> bool:
         """Whether a new cluster view gives this JM anything to do (it has tasks waiting to be
@@ -536,7 +573,14 @@ class JmState:
         if (prof.polls or (blocked and not any(f.rematches_on_news(cfg) for f in prof.filters))) \
                 and self._has_ready() and not self._retry_pending:
             self._retry_pending = True
-            out.append(SetTimer(cfg.retry_s, "retry"))
+            wait = prof.poll_s or cfg.retry_s
+            # ...or sooner, when a filter holding tasks back will let them go
+            for f, st in zip(prof.filters, self._fstates):
+                if st is not None:
+                    w = f.wake_at(st, now, cfg)
+                    if w is not None:
+                        wait = min(wait, max(w - now, 0.0))
+            out.append(SetTimer(wait, "retry"))
 
     def _quality_order(self, ids: np.ndarray, wait: np.ndarray, where: np.ndarray, now: float) -> np.ndarray:
         """Dispatch order of matched tasks: least time lost first (expected queue wait plus
@@ -595,11 +639,11 @@ class JmState:
             local = t - st.offset
             reps1 = st.reps[local].tolist() if st.reps is not None else [-1, -1, -1]
             b = Batch(now, self.view, cfg, ids, sidx, None, float(st.in_bytes[local]), st.est_runtime, st.shape,
-                      st.spec.cpu, 1)
+                      st.spec.cpu, 1, reps1[0] >= 0)
             return place_one(b, prof, self._fstates, self._fail_rate, rng, reps1)
         reps, in_bytes, runtime, shape, cpu = self._task_columns(ids, sidx)
         b = Batch(now, self.view, cfg, ids, sidx, reps, in_bytes, runtime, shape, cpu,
-                  self._batch_depth(sidx) if m.one_per_slot else 1)
+                  self._batch_depth(sidx) if m.one_per_slot else 1, reps[:, 0] >= 0)
         return place(b, prof, self._fstates, self._fail_rate, rng)
 
     def _batch_depth(self, sidx: np.ndarray) -> int:
@@ -686,6 +730,9 @@ class JmState:
         if (cur != READY).any():
             bad = int(ids[np.flatnonzero(cur != READY)[0]])
             step(int(self.state[bad]), "dispatch")     # raises IllegalTransition
+        for f, fs in zip(self._prof.filters, self._fstates):
+            if fs is not None:
+                f.dispatched(fs, where[:n], now)
         self.used_tokens += float(cpu[:n_reg].sum())
         self.outstanding_opp += float(cpu[n_reg:].sum())
         self.attempt[ids] += 1

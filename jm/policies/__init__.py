@@ -12,9 +12,11 @@ below. JmState never looks at a profile's name.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from .deferral import Deferral
+from .delay import DelayScheduling
 from .gate import APOLLO, TOKENS, DispatchGate
 from .matchers import FreeSlot, GreedyMatching, Matcher, RandomPlacement, StableMatching
 
@@ -26,8 +28,13 @@ class Profile:
     filters: tuple = ()
     gate: DispatchGate = TOKENS
     corrections: bool = False        # Apollo's: withdraw a task still queued long past its expected wait
-    polls: bool = False              # look again every retry_s while tasks are ready (not only on news)
+    polls: bool = False              # look again while tasks are ready (not only on news) ...
+    poll_s: float = 0.0              # ... this often (0: JmConfig.retry_s)
     tokens: str = "even"             # the RM's token policy when none is named
+
+    def with_filter(self, f) -> "Profile":
+        """This profile with one more candidate filter (e.g. delay scheduling on any profile)."""
+        return dataclasses.replace(self, filters=self.filters + (f,))
 
     def describe(self) -> list[str]:
         """The report's ``scheduler.policies``: what this profile is made of."""
@@ -40,6 +47,9 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("greedy", GreedyMatching()),
     Profile("random", RandomPlacement()),
     Profile("fifo", FreeSlot(), polls=True, tokens="fifo"),
+    # The Hadoop Fair Scheduler: fair shares from the RM, delay scheduling, free slots only.
+    # It looks again every 0.1 s as HFS's heartbeats offer slots (100 servers x one per 3 s).
+    Profile("hfs-delay", FreeSlot(), (DelayScheduling(),), polls=True, poll_s=0.1),
 )}
 
 

@@ -24,10 +24,10 @@ class Cut(NamedTuple):
 
 class Batch:
     __slots__ = ("now", "view", "cfg", "topology", "ids", "sidx", "reps", "in_bytes", "runtime", "shape", "cpu",
-                 "per_server", "cand", "valid", "loc", "C", "E", "W", "max_loc")
+                 "per_server", "cand", "valid", "loc", "C", "E", "W", "max_loc", "has_input")
 
     def __init__(self, now: float, view, cfg, ids, sidx, reps, in_bytes, runtime, shape, cpu,
-                 per_server: int) -> None:
+                 per_server: int, has_input) -> None:
         self.now = now
         self.view = view            # the host's ViewCache (read-only here)
         self.cfg = cfg              # the JmConfig
@@ -40,6 +40,7 @@ class Batch:
         self.shape = shape
         self.cpu = cpu
         self.per_server = per_server    # tasks one server may take per batch (pipelined short tasks)
+        self.has_input = has_input      # whether the task reads replicated input (locality can matter)
         self.cand = self.valid = self.loc = None
         self.C = self.E = self.W = None
         self.max_loc = None         # the tightest "loc" cut per task, if any (matchers that look

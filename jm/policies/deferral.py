@@ -36,7 +36,7 @@ class Deferral:
         view, now = b.view, b.now
         return Cut("E", limit, lambda: view.has_idle(now))
 
-    def wake_at(self, state, now: float) -> float | None:
+    def wake_at(self, state, now: float, cfg) -> float | None:
         return None
 
     def dispatched(self, state, where, now: float) -> None:

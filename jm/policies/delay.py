@@ -1,0 +1,73 @@
+"""Delay scheduling (Zaharia et al., EuroSys 2010, section 4.2): a job that cannot launch a
+node-local task waits up to W1 for a node-local opportunity, then up to W2 more for a
+rack-local one, then takes any slot; launching a task sets its level to that task's
+locality and restarts the wait (so one node-local launch brings it back to waiting).
+
+Here a job "waits" from the first placement pass that found no slot it would take; tasks
+without input (reduces) are never held, as in HFS. The waits are JmConfig.delay_node_s (W1)
+and JmConfig.delay_rack_s (W2).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from apollo.cluster import NODE, RACK, REMOTE
+
+from .batch import Batch, Cut
+
+
+class DelayState:
+    __slots__ = ("level", "since")
+
+    def __init__(self) -> None:
+        self.level = NODE        # the locality the job may launch at without waiting
+        self.since: float | None = None   # skipped since (None: not waiting)
+
+
+def allowed_level(state: DelayState, now: float, w1: float, w2: float) -> int:
+    """The worst locality the job may take now."""
+    waited = 0.0 if state.since is None else now - state.since
+    lvl = state.level
+    if lvl == NODE and waited >= w1:
+        lvl = RACK
+        waited -= w1
+    if lvl == RACK and waited >= w2:
+        lvl = REMOTE
+    return lvl
+
+
+class DelayScheduling:
+    name = "delay-scheduling"
+    needs_costs = False
+
+    def new_state(self) -> DelayState:
+        return DelayState()
+
+    def rematches_on_news(self, cfg) -> bool:
+        return False             # a held task waits for a slot to free up: the job polls
+
+    def cut(self, b: Batch, state: DelayState) -> Cut | None:
+        cfg = b.cfg
+        if state.since is None:
+            state.since = b.now
+        lvl = allowed_level(state, b.now, cfg.delay_node_s, cfg.delay_rack_s)
+        if lvl >= REMOTE:
+            return None
+        # tasks with no input to be near are never held (one task: a bool; many: an array)
+        return Cut("loc", np.where(b.has_input, lvl, REMOTE) if isinstance(b.has_input, np.ndarray)
+                   else (lvl if b.has_input else REMOTE))
+
+    def wake_at(self, state: DelayState, now: float, cfg) -> float | None:
+        """When the job's allowed level next widens (it should look again then)."""
+        if state.since is None or state.level >= REMOTE:
+            return None
+        w = state.since + (cfg.delay_node_s + cfg.delay_rack_s if state.level == NODE else cfg.delay_rack_s)
+        w1 = state.since + cfg.delay_node_s
+        if state.level == NODE and now < w1:
+            return w1
+        return w if now < w else None
+
+    def dispatched(self, state: DelayState, where: np.ndarray, now: float) -> None:
+        if len(where):
+            state.level = int(where.min())
+            state.since = None
