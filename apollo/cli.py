@@ -7,6 +7,7 @@ from pathlib import Path
 
 from apollo.spec import SpecError
 from jm.policies import PROFILES
+from rm.queues import QueueError
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -14,16 +15,24 @@ def _simulate(args: argparse.Namespace) -> int:
     from apollo.simulate import SimConfig, run_simulation
     from apollo.workloads import load_workload
 
+    from apollo.workloads.assign import assign
+    from rm.queues import load_queue_file
+
     racks = args.racks or max(1, args.servers // 50)
     workload = load_workload(args.workload, seed=args.seed, cluster_servers=args.servers).first(args.jobs)
     if not workload.jobs:
         print(f"apollo simulate: workload {args.workload!r} has no jobs", file=sys.stderr)
         return 2
+    tree = load_queue_file(args.queues) if args.queues else None
+    if tree is not None:
+        assign(workload, [q.path for q in tree.leaves()], args.assign or "size", seed=args.seed)
+    elif args.assign:
+        raise SpecError("--assign spreads jobs over the leaf queues of --queues FILE; give a queue file")
     cfg = SimConfig(servers=args.servers, racks=racks, cores=args.cores, mem_gb=args.mem_gb,
                     scheduler=args.scheduler, tokens=args.tokens, seed=args.seed, wire=not args.no_wire,
                     net=NetModel(latency_s=args.latency_ms / 1000, loss=args.loss),
                     fail_prob=args.fail_prob, slow_fraction=args.slow_fraction,
-                    opportunistic=args.opportunistic,
+                    opportunistic=args.opportunistic, queues=tree, delay=_delay(args.delay),
                     **({"heartbeat_s": args.heartbeat} if args.heartbeat is not None else {}))
     if args.load:
         workload.scaled_to_load(args.load, cfg.servers * cfg.cores)
@@ -35,6 +44,19 @@ def _simulate(args: argparse.Namespace) -> int:
             return 2
         cfg.crashes.append((t, int(server), down))
     return _show(run_simulation(workload, cfg), args.json)
+
+
+def _delay(text: str | None) -> tuple[float, float] | None:
+    """--delay W1[,W2] (seconds; W2 defaults to W1)."""
+    if not text:
+        return None
+    try:
+        parts = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise SpecError(f"--delay takes W1[,W2] in seconds, got {text!r}") from None
+    if len(parts) not in (1, 2) or min(parts) < 0:
+        raise SpecError(f"--delay takes W1[,W2] in seconds (>= 0), got {text!r}")
+    return parts[0], parts[-1]
 
 
 def _show(report: dict, json_path: str | None) -> int:
@@ -52,7 +74,7 @@ def _cluster(args: argparse.Namespace) -> int:
     folder = Path(args.cluster).expanduser()
     if args.action == "up":
         info = livecluster.up(folder, pns=args.pns, racks=args.racks, procs=args.procs, cpus=args.cpus,
-                              mem_gb=args.mem_gb, scheduler=args.scheduler)
+                              mem_gb=args.mem_gb, scheduler=args.scheduler, queues=args.queues)
         print(f"cluster up in {info['startup_s']:.2f} s: RM {info['rm']}, {args.pns} PNs in {args.racks} racks "
               f"over {len(info['processes']) - 2} processes; files in {folder}")
     elif args.action == "down":
@@ -82,7 +104,8 @@ def _submit(args: argparse.Namespace) -> int:
     async def go() -> int:
         async with Client(args.cluster) as c:
             job_id = await c.submit(spec)
-            print(f"submitted job {job_id} ({spec.name}, {spec.total_tasks} tasks)")
+            print(f"submitted job {job_id} ({spec.name}, {spec.total_tasks} tasks) to queue "
+                  f"{spec.queue!r} as user {spec.user!r}" + (f": {c.notes[job_id]}" if c.notes.get(job_id) else ""))
             if not args.wait:
                 return 0
             done = await _wait_with_progress(c, job_id, spec.total_tasks)
@@ -146,8 +169,11 @@ def _job(args: argparse.Namespace) -> int:
     if st is None:
         print(f"apollo job: no job {args.id} in {folder / 'jobs.db'}", file=sys.stderr)
         return 1
+    from apollo.client import waiting_position
     took = f", {st.finished_at - st.submitted_at:.2f} s" if st.finished_at is not None else ""
-    print(f"job {args.id} {st.name!r}: {st.state}{took}")
+    pos = waiting_position(folder, args.id) if st.state == "running" else None
+    state = f"waiting for admission in queue {pos[0]} at position {pos[1]}" if pos else st.state
+    print(f"job {args.id} {st.name!r}: {state}{took}")
     for s in st.stages:
         print(f"  stage {s.name:<12} {s.done:>6}/{s.tasks} done, {s.failed_attempts} failed attempts")
     reads = sum(st.locality.values())
@@ -159,6 +185,41 @@ def _job(args: argparse.Namespace) -> int:
     if st.reason:
         print(f"  reason: {st.reason}")
     return 0 if st.state in ("done", "running") else 1
+
+
+def _queues(args: argparse.Namespace) -> int:
+    """The queue tree of a live cluster: each queue's guarantee and max (in cores on this
+    cluster), its share at the RM's last round, running jobs, and waiting jobs in order."""
+    import sqlite3
+
+    from apollo.livecluster import read_info
+    from rm.queues import load_queue_file
+    from rm.state import single_queue
+    folder = Path(args.cluster).expanduser()
+    cfg = read_info(folder)["config"]
+    tree = load_queue_file(folder / cfg["queues"]) if cfg.get("queues") else single_queue()
+    cap = cfg["pns"] * cfg["cpus"]
+    lim = tree.resolve(cap)
+    state, waiting = {}, {}
+    db = folder / "jobs.db"
+    if db.exists():
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            state = {r[0]: r[1:] for r in con.execute("SELECT path, share, running, waiting FROM queue_state")}
+            for job_id, q, pos in con.execute("SELECT job_id, queue, position FROM waiting ORDER BY position"):
+                waiting.setdefault(q, []).append(job_id)
+        except sqlite3.OperationalError:
+            pass
+        con.close()
+    print(f"{tree.sharing} sharing over {cap:g} cores ({tree.source})")
+    print(f"{'queue':<24} {'guarantee':>9} {'max':>7} {'share now':>9} {'running':>7} {'waiting':>7}  next in line")
+    for q in tree.nodes():
+        depth = q.path.count(".") + (0 if q.path == "root" else 1)
+        share, running, nwait = state.get(q.path, (0.0, 0, 0))
+        line = ", ".join(f"job {j}" for j in waiting.get(q.path, [])[:5])
+        print(f"{'  ' * depth + q.name:<24} {lim[q.path].guarantee:>9.1f} {lim[q.path].max:>7.1f} {share:>9.1f} "
+              f"{running:>7} {nwait:>7}  {line}")
+    return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
@@ -230,7 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cores", type=float, default=4.0)
     s.add_argument("--mem-gb", type=float, default=16.0)
     s.add_argument("--scheduler", default="apollo", choices=list(PROFILES))
-    s.add_argument("--tokens", default="", choices=["", "even", "fifo", "fixed"], help="token policy")
+    s.add_argument("--tokens", default="", choices=["", "even", "fifo"],
+                   help="without --queues: how jobs share the one root queue (default: the scheduler's)")
+    s.add_argument("--queues", metavar="FILE", help="a queue file (TOML): fair pools or capacity queues")
+    s.add_argument("--assign", metavar="RULE", help="spread the jobs over the queue file's leaves and users: "
+                   "size | rr | random [:users=N,...] (apollo/workloads/assign.py; default size)")
+    s.add_argument("--delay", metavar="W1[,W2]", help="add delay scheduling to the scheduler's filters")
     s.add_argument("--load", type=float, default=0.0, help="rescale arrivals to this CPU utilization")
     s.add_argument("--jobs", type=int, default=None, help="take the first K jobs")
     s.add_argument("--seed", type=int, default=0)
@@ -259,6 +325,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--cpus", type=float, default=2.0, help="CPUs per PN")
     c.add_argument("--mem-gb", type=float, default=8.0)
     c.add_argument("--scheduler", default="apollo", choices=list(PROFILES))
+    c.add_argument("--queues", metavar="FILE", help="a queue file (TOML): fair pools or capacity queues")
+
+    qs = sub.add_parser("queues", help="the queue tree: guarantees, shares, running and waiting jobs")
+    qs.add_argument("--cluster", default=str(DEFAULT_DIR))
 
     sb = sub.add_parser("submit", help="submit a TOML job file")
     sb.add_argument("jobfile")
@@ -307,10 +377,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "simulate":
             return _simulate(args)
         handlers = {"cluster": _cluster, "submit": _submit, "jobs": _jobs, "job": _job, "cancel": _cancel,
-                    "replay": _replay, "demo": _demo}
+                    "replay": _replay, "demo": _demo, "queues": _queues}
         if args.cmd in handlers:
             return handlers[args.cmd](args)
-    except SpecError as e:
+    except (SpecError, QueueError) as e:
         print(f"apollo {args.cmd}: {e}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:

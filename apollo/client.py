@@ -76,6 +76,21 @@ class EventTail:
         return self.attempts
 
 
+def waiting_position(folder: Path, job_id: int) -> tuple[str, int] | None:
+    """(queue, place in line) of a job waiting for admission, as the RM last stored it."""
+    db = Path(folder) / "jobs.db"
+    if not db.exists():
+        return None
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = con.execute("SELECT queue, position FROM waiting WHERE job_id=?", (job_id,)).fetchone()
+    except sqlite3.OperationalError:       # an RM that has not published its queues yet
+        row = None
+    finally:
+        con.close()
+    return None if row is None else (row[0], int(row[1]))
+
+
 def job_status(folder: Path, job_id: int, tail: EventTail | None = None) -> JobStatus | None:
     """A job's state from the RM's store and its attempts from the event records (None: no such job)."""
     import msgpack
@@ -141,6 +156,7 @@ class Client:
         self.rt: LiveRuntime | None = None
         self._lock = asyncio.Lock()
         self._tail = EventTail(self.folder)
+        self.notes: dict[int, str] = {}       # job -> what the RM said on accepting it (where it waits)
 
     async def __aenter__(self) -> "Client":
         self.rt = LiveRuntime(self.secret, epoch=self.info.get("epoch"))
@@ -164,6 +180,7 @@ class Client:
             ans: JobAccepted = await asyncio.wait_for(self.inbox.accepted.get(), timeout_s)
         if not ans.accepted:
             raise SpecError(f"job {spec.name!r} refused: {ans.reason}")
+        self.notes[ans.job_id] = ans.reason      # e.g. "waiting in queue dev at position 3"
         return ans.job_id
 
     async def wait(self, job_id: int, timeout_s: float | None = None) -> JobDone:
@@ -180,6 +197,10 @@ class Client:
                 waiters.remove(f)
                 if not waiters and self.inbox.waiters.get(job_id) is waiters:
                     del self.inbox.waiters[job_id]
+
+    def position(self, job_id: int) -> tuple[str, int] | None:
+        """(queue, place in line) while the job waits for admission; None once admitted."""
+        return waiting_position(self.folder, job_id)
 
     def status(self, job_id: int) -> JobStatus | None:
         """Where a job stands (None: the cluster has no such job). Reads the cluster's folder, so

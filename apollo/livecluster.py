@@ -64,12 +64,14 @@ def read_info(folder: Path) -> dict:
 
 
 def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float = 2.0, mem_gb: float = 8.0,
-       scheduler: str = "apollo", timeout_s: float = 15.0, io: dict | None = None) -> dict:
+       scheduler: str = "apollo", timeout_s: float = 15.0, io: dict | None = None,
+       queues: str | Path | None = None) -> dict:
     """Start a cluster in ``folder``; returns its info (with ``startup_s``).
 
     ``io``: fields of apollo.cluster.IoModel for every process (e.g. ``{"init_s": 0.0}`` makes a
     synthetic task with a 0 s duration a true no-op instead of paying the modelled 0.2 s start-up);
-    kept in cluster.json's config, which apollo.node reads.
+    kept in cluster.json's config, which apollo.node reads. ``queues``: a queue file
+    (rm/queues.py), checked here and copied into the folder for the RM.
     """
     folder.mkdir(parents=True, exist_ok=True)
     if (folder / "cluster.json").exists():
@@ -88,6 +90,14 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
         if bad:
             raise ClusterError(f"unknown I/O model field(s) {bad} (known: {', '.join(sorted(known))})")
         io = {k: float(v) for k, v in io.items()}
+    tree_text = None
+    if queues:
+        from rm.queues import QueueError, load_queue_file
+        try:
+            load_queue_file(queues)
+        except QueueError as e:
+            raise ClusterError(str(e)) from None
+        tree_text = Path(queues).read_text()
     for f in folder.glob("ready-*"):
         f.unlink()
     secret_path = folder / "secret"
@@ -105,6 +115,9 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
             "config": {"pns": pns, "racks": racks, "cpus": cpus, "mem_gb": mem_gb, "scheduler": scheduler}}
     if io:
         info["config"]["io"] = io
+    if tree_text is not None:
+        (folder / "queues.toml").write_text(tree_text)
+        info["config"]["queues"] = "queues.toml"
     (folder / "cluster.json").write_text(json.dumps(info, indent=2))
     started = time.monotonic()
     for p in processes:

@@ -494,11 +494,13 @@ class ProbeTask(Message):
     attempt: int
 
 
-@message(15, job_id=NAT, tokens=NAT, within_s=FLOAT)
+@message(15, job_id=NAT, tokens=NAT, keep=NAT, within_s=FLOAT)
 class ReclaimTokens(Message):
     """RM -> JM: the sharing plane takes tokens back (preemption, or a lender reclaiming its
-    guarantee). The job now holds ``tokens``; regular attempts above that which have not ended
-    within ``within_s`` seconds (0: at once) are killed, youngest first, and placed again."""
+    guarantee). The job now holds ``tokens``; if its regular attempts still hold more than
+    ``keep`` CPUs (keep >= tokens) ``within_s`` seconds from now (0: at once), it kills the
+    youngest of them down to ``keep``; their tasks are placed again."""
     job_id: int
     tokens: int
+    keep: int
     within_s: float

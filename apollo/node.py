@@ -20,11 +20,12 @@ from pathlib import Path
 from apollo.cluster import IoModel, Topology
 from apollo.runtime.live import LiveRuntime, run
 from jm.host import JmHost
+from jm.policies import profile as find_profile
 from jm.state import JmConfig
 from pn.state import PnConfig, PnState
-from rm.state import RmConfig, RmState
+from rm.queues import load_queue_file
+from rm.state import RmConfig, RmState, single_queue
 from rm.store import SqliteJobStore
-from rm.tokens import make_token_policy
 
 RECORDED = {"attempt", "job_done", "job_submitted", "job_refused", "decisions", "preempted", "upgraded", "warn"}
 
@@ -116,8 +117,10 @@ def build_runtime(folder: Path, role: str, index: int) -> tuple[LiveRuntime, dic
             for s in p["pns"]:
                 rt.add_route(f"pn:{s}", p["address"])
     if role == "rm":
+        tree = load_queue_file(folder / cfg["queues"]) if cfg.get("queues") else \
+            single_queue(cfg.get("tokens") or find_profile(cfg.get("scheduler", "apollo")).tokens)
         rt.add("rm", RmState(RmConfig(cfg["pns"], shapes, cfg["cpus"], cfg["mem_gb"], view_interval_s=0.25,
-                                      dead_after_s=3.0), make_token_policy(cfg.get("tokens", "even"))),
+                                      dead_after_s=3.0, queues=tree)),
                store=SqliteJobStore(str(folder / "jobs.db")))
     elif role == "jm":
         # coalesce: one scheduling pass per burst of status reports (a network read), not per report

@@ -10,7 +10,16 @@ Definitions:
 - fairness: in time bins, each running job's CPU against its max-min fair
   share of the cluster given what it could use (running + waiting tasks);
   jain_index is Jain's index of min(1, got/fair) averaged over bins,
-  max_share_deficit the worst job's mean shortfall 1 - min(1, got/fair).
+  max_share_deficit the worst job's mean shortfall 1 - min(1, got/fair);
+- queues (per leaf queue of the capacity plane; a run without a queue file has one, "root"):
+  share_mean / share_p5: the CPU its jobs' attempts held as a fraction of the cluster,
+  averaged over the run and its 5th percentile over the seconds the queue had jobs (admitted
+  or waiting); fair_share_mean: the sharing policy's share for it, as a fraction, averaged
+  over its allocation rounds; below_guarantee_s: seconds it held less than min(its guarantee
+  or min share, its demand) while it had demand (half a core of slack); preempted: attempts
+  of its jobs killed to give tokens back; admission_wait_s: submission to admission of its
+  jobs; job_mean_s and small_job_mean_s: completion of its jobs. fairness.queue_jain_index is
+  Jain's index over the queues of min(1, share_mean / fair_share_mean).
 """
 from __future__ import annotations
 
@@ -21,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rm.tokens import water_fill
+from rm.sharing import water_fill
 
 SCHEMA = "apollo.report/1"
 SMALL_JOB_TASKS = 10
@@ -88,6 +97,8 @@ class Recorder:
     refused: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
     decisions: int = 0
+    admitted: list = field(default_factory=list)      # (job_id, t, queue)
+    allocations: list = field(default_factory=list)   # (t, capacity, {leaf: (share, holding, demand, guarantee, ...)})
     preempted: int = 0
     upgraded: int = 0
 
@@ -102,6 +113,10 @@ class Recorder:
             self.done.append(data)
         elif kind == "job_refused":
             self.refused.append(data)
+        elif kind == "job_admitted":
+            self.admitted.append(data)
+        elif kind == "allocation":
+            self.allocations.append(data)
         elif kind == "preempted":
             self.preempted += 1
         elif kind == "upgraded":
@@ -204,6 +219,12 @@ def build_report(rec: Recorder, *, mode: str, workload: dict, cluster: dict, sch
                    "p50": float(np.percentile(util, 50)), "p80": float(np.percentile(util, 80))}
                   if len(util) else {"mean": 0.0, "p20": 0.0, "p50": 0.0, "p80": 0.0})
     completed = int(ok.sum())
+    queues = queue_figures(rec, capacity_cpus, t0, t1)
+    fair = fairness(rec, capacity_cpus, t0, t1)
+    ratio = [min(1.0, q["share_mean"] / q["fair_share_mean"]) for q in queues.values() if q["fair_share_mean"] > 0]
+    fair["queue_jain_index"] = float(sum(ratio) ** 2 / (len(ratio) * sum(x * x for x in ratio))) \
+        if ratio and sum(ratio) > 0 else 1.0
+    fair["below_guarantee_s"] = {k: q["below_guarantee_s"] for k, q in queues.items()}
     return {
         "schema": SCHEMA,
         "mode": mode,
@@ -222,11 +243,66 @@ def build_report(rec: Recorder, *, mode: str, workload: dict, cluster: dict, sch
         "locality": {"node": float(loc[0] / loc_total), "rack": float(loc[1] / loc_total),
                      "remote": float(loc[2] / loc_total)},
         "utilization": util_stats,
-        "fairness": fairness(rec, capacity_cpus, t0, t1),
+        "fairness": fair,
+        "queues": queues,
         "throughput": {"wall_s": wall_s, "tasks_per_wall_s": completed / wall_s if wall_s > 0 else 0.0,
                        "decisions_per_wall_s": rec.decisions / wall_s if wall_s > 0 else 0.0},
         "sim_time_s": sim_time_s,
     }
+
+
+def queue_figures(rec: Recorder, capacity: float, t0: float, t1: float) -> dict[str, dict]:
+    """The per-queue figures (see the module docstring), from the same records as the rest."""
+    queue_of = {s[0]: (s[3] if len(s) > 3 else "root") for s in rec.submitted}
+    leaves = list(rec.allocations[-1][2]) if rec.allocations else sorted(set(queue_of.values())) or ["root"]
+    out: dict[str, dict] = {}
+    att = rec.attempts
+    n = int(min(2000, max(1, np.ceil(t1 - t0)))) if t1 > t0 else 1
+    edges = np.linspace(t0, t1, n + 1) if t1 > t0 else np.array([t0, t0 + 1.0])
+    rows = [(queue_of.get(r[A_JOB], "root"), r[A_START], r[A_END], r[A_CPU], r[A_OUTCOME]) for r in att]
+    done_at = {d[0]: d[3] for d in rec.done}
+    sub_at = {s[0]: s[1] for s in rec.submitted}
+    adm_at = {a[0]: a[1] for a in rec.admitted}
+    for q in leaves:
+        mine = [(st, en, c) for qq, st, en, c, _ in rows if qq == q and st >= 0]
+        if mine and capacity > 0 and t1 > t0:
+            a = np.array(mine, dtype=float)
+            busy = _busy_integral(a[:, 0], np.maximum(a[:, 1], a[:, 0]), a[:, 2], edges)
+            share = busy / (np.diff(edges) * capacity)
+        else:
+            share = np.zeros(n)
+        # the seconds the queue had a job submitted and not yet done
+        live = np.zeros(n, dtype=bool)
+        mid = (edges[:-1] + edges[1:]) / 2
+        for j, qq in queue_of.items():
+            if qq == q:
+                live |= (mid >= sub_at[j]) & (mid < done_at.get(j, np.inf))
+        fair_sh, below = [], 0.0
+        allocs = rec.allocations
+        for k, (t, cap, row) in enumerate(allocs):
+            r = row.get(q)
+            if r is None:
+                continue
+            sh, held, demand, guar = r[0], r[1], r[2], r[3]
+            if cap > 0:
+                fair_sh.append(sh / cap)
+            nxt = allocs[k + 1][0] if k + 1 < len(allocs) else t1
+            if demand > 0 and held < min(guar, demand) - 0.5:
+                below += max(0.0, nxt - t)
+        jobs = [j for j, qq in queue_of.items() if qq == q]
+        waits = [adm_at[j] - sub_at[j] for j in jobs if j in adm_at]
+        jct = [d[3] - d[2] for d in rec.done if d[1] and queue_of.get(d[0]) == q]
+        small = [d[3] - d[2] for d in rec.done if d[1] and queue_of.get(d[0]) == q and d[4] <= SMALL_JOB_TASKS]
+        out[q] = {"jobs": len(jobs),
+                  "share_mean": float(share.mean()) if len(share) else 0.0,
+                  "share_p5": float(np.percentile(share[live], 5)) if live.any() else 0.0,
+                  "fair_share_mean": float(np.mean(fair_sh)) if fair_sh else 0.0,
+                  "below_guarantee_s": float(below),
+                  "preempted": int(sum(1 for qq, _, _, _, o in rows if qq == q and o == "preempted")),
+                  "admission_wait_s": stats(waits),
+                  "job_mean_s": float(np.mean(jct)) if jct else 0.0,
+                  "small_job_mean_s": float(np.mean(small)) if small else 0.0}
+    return out
 
 
 def write_report(report: dict, path: str | Path) -> None:

@@ -13,11 +13,13 @@ from apollo.runtime.sim import NetModel, SimRuntime
 from apollo.spec import Workload
 from jm.host import JmHost
 from jm.policies import profile as find_profile
+from jm.policies.delay import DelayScheduling
 from jm.state import JmConfig
 from pn.state import PnConfig, PnState
 from rm.state import RmConfig, RmState
 from rm.store import MemoryJobStore
-from rm.tokens import make_token_policy
+from rm.queues import QueueTree
+from rm.state import single_queue
 
 
 @dataclass
@@ -27,7 +29,9 @@ class SimConfig:
     cores: float = 4.0
     mem_gb: float = 16.0
     scheduler: str = "apollo"
-    tokens: str = ""                 # token policy; default: fifo for fifo, else even
+    tokens: str = ""                 # without queues: the root queue's order (even | fifo); default: the profile's
+    queues: QueueTree | None = None  # the capacity plane's queue tree (rm/queues.py); None: one root queue
+    delay: tuple[float, float] | None = None   # delay scheduling (W1, W2) added to the profile's filters
     seed: int = 0
     wire: bool = True                # encode every message to msgpack and back
     net: NetModel = field(default_factory=NetModel)
@@ -106,10 +110,14 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
                      liveness_s=cfg.liveness_s, fresh_reports=cfg.fresh_reports)
     shapes = pncfg.grid.size
     token_name = cfg.tokens or find_profile(cfg.scheduler).tokens
+    tree = cfg.queues or single_queue(token_name)
     rm = RmState(RmConfig(cfg.servers, shapes, cfg.cores, cfg.mem_gb, view_interval_s=cfg.view_interval_s,
-                          dead_after_s=3 * pncfg.liveness_s), make_token_policy(token_name))
+                          dead_after_s=3 * pncfg.liveness_s, queues=tree))
     jmcfg = JmConfig(topology=topo, policy=cfg.scheduler, io=cfg.io, grid=pncfg.grid,
-                     opportunistic=cfg.opportunistic)
+                     opportunistic=cfg.opportunistic,
+                     **({"delay_node_s": cfg.delay[0], "delay_rack_s": cfg.delay[1]} if cfg.delay else {}))
+    if cfg.delay:
+        jmcfg.profile = jmcfg.profile.with_filter(DelayScheduling())
     host = JmHost(jmcfg)
     client = Client(len(workload.jobs), rt)
     rt.add("rm", rm, store=MemoryJobStore())
@@ -124,7 +132,8 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
         addr = f"pn:{server}"
         rt.call_at(t, lambda a=addr: rt.crash(a))
         rt.call_at(t + down_for, lambda a=addr, s=server: rt.restart(a, PnState(s, pncfg)))
-    meta = {"topology": topo, "token_policy": token_name}
+    meta = {"topology": topo, "token_policy": token_name if cfg.queues is None else f"queues:{tree.sharing}",
+            "profile": jmcfg.profile, "tree": tree}
     return rt, rec, client, meta
 
 
@@ -134,8 +143,7 @@ def run_simulation(workload: Workload, cfg: SimConfig) -> dict:
     rt.run(until=cfg.max_sim_s)
     wall = time.perf_counter() - t0
     topo = meta["topology"]
-    policies = (["stable-matching"] + (["opportunistic"] if cfg.opportunistic else [])
-                if cfg.scheduler == "apollo" else [cfg.scheduler])
+    policies = meta["profile"].describe(cfg.opportunistic)
     return build_report(
         rec, mode="sim",
         workload={"name": workload.name, "jobs": len(workload.jobs), "tasks": workload.total_tasks},

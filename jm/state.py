@@ -144,7 +144,7 @@ class JmState:
                  "_opp_active", "_retry_pending", "_sched_armed", "_sent", "_stage_order", "_watch_at",
                  "cfg", "done", "failed_reason", "failures", "finished", "finished_at", "job_id", "locality",
                  "n", "outstanding_opp", "queued_seen", "reply_to", "server", "spec", "stage_of", "stages", "_prof",
-                 "_fstates",
+                 "_fstates", "_keep",
                  "submitted_at", "tokens", "used_tokens", "view", "ready_t", "dispatch_t", "start_t",
                  "passed_at", "exp_wait", "last_heard", "est_sent", "attempt", "state", "opp")
 
@@ -159,6 +159,7 @@ class JmState:
         self.reply_to = reply_to
         self._prof = prof = config.profile
         self._fstates = tuple(f.new_state() for f in prof.filters)   # each filter's memory of this job
+        self._keep = 0                          # CPUs a reclaim lets it keep (ReclaimTokens.keep)
         topo = config.topology
         self.stages: list[Stage] = []
         offset = 0
@@ -248,6 +249,7 @@ class JmState:
             self._schedule(now, rng, out)
         elif t is ReclaimTokens:
             self.tokens = event.tokens
+            self._keep = event.keep
             if event.within_s <= 0:
                 self._give_back(now, out)
             else:
@@ -268,11 +270,11 @@ class JmState:
         return out
 
     def _give_back(self, now: float, out: list) -> None:
-        """Kill regular attempts until this job holds no more than its tokens (the sharing plane
-        took some back and they did not end by themselves in time): the youngest first, those
+        """Kill regular attempts until this job holds no more than the RM's kill line (it took
+        tokens back and they did not free by themselves in time): the youngest first, those
         still queued before any running one, since they lose the least work. The tasks go back
         to the ready list; the attempts are recorded as preempted."""
-        excess = self.used_tokens - self.tokens
+        excess = self.used_tokens - max(self._keep, self.tokens)
         if excess <= 1e-9:
             return
         st = self.state
@@ -347,7 +349,7 @@ class JmState:
         demand = self._demand()
         if demand != self._last_demand:
             self._last_demand = demand
-            out.append(Send(self.cfg.rm, JobDemand(self.job_id, demand, 0)))
+            out.append(Send(self.cfg.rm, JobDemand(self.job_id, demand, int(round(self.used_tokens)))))
         return out
 
     def _demand(self) -> int:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SHARINGS = ("fair", "capacity")
@@ -169,7 +169,7 @@ class QueueTree:
             p = out[q.path]
             gs = [c.resolve(p.guarantee) for c in q.children]
             total = sum(gs)
-            if total > p.guarantee > 0 or (total > 0 and p.guarantee <= 0 and q.path == ROOT):
+            if total > p.guarantee:
                 gs = [g * p.guarantee / total for g in gs]
             for c, g in zip(q.children, gs):
                 mx = p.max if c.max is None else min(p.max, max(0.0, c.max.resolve(p.max)))

@@ -3,22 +3,46 @@
 Never on the critical path: JMs schedule on their last ClusterView whether or
 not the RM answers. The RM keeps every server's last wait-time matrix with
 its timestamp, marks servers dead when their heartbeats stop, publishes a
-lightly-loaded list, admits jobs (refusing ones no server could ever run) and
-hands out tokens through a pluggable TokenPolicy.
+lightly-loaded list, and runs the capacity plane: jobs go to leaf queues of a
+queue tree (rm/queues.py; without a queue file, one root queue), wait there
+until admitted, and hold tokens that a sharing policy (rm/sharing.py: fair
+pools or capacity queues) allocates from a snapshot of the jobs. The tokens
+granted never add up to more than the cluster's cores.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from apollo.effects import Log, Persist, Send, SetTimer, Start, Timer
 from apollo.messages import (CancelJob, ClusterView, Heartbeat, JobAccepted, JobDemand, JobDone,
-                             StartJob, SubmitJob, TokenGrant)
+                             ReclaimTokens, StartJob, SubmitJob, TokenGrant)
 from apollo.spec import JobSpec
 
+from .queues import ROOT, QueueError, QueueSpec, QueueTree
+from .sharing import JobView, SharingPolicy, Snapshot, make_sharing_policy
 from .store import StoredJobs
-from .tokens import JobDemandView, TokenPolicy, EvenSplit
+
+# A job that finds no free token waits for an allocation this soon, not for the next tick: on a
+# busy cluster every arrival would otherwise wait up to a whole tick (jobs arriving together
+# share one round).
+ADMIT_SOON_S = 0.05
+
+
+# The single root queue used without a queue file: how its jobs share it, by the names the
+# --tokens option has always taken (even: max-min fair among jobs; fifo: oldest job first).
+SINGLE_QUEUE_ORDERS = {"even": "fair", "fifo": "fifo"}
+
+
+def single_queue(tokens: str = "even") -> QueueTree:
+    """One root queue holding every job (no queue file)."""
+    try:
+        order = SINGLE_QUEUE_ORDERS[tokens]
+    except KeyError:
+        raise ValueError(f"unknown token policy {tokens!r} (known: {', '.join(SINGLE_QUEUE_ORDERS)})") from None
+    return QueueTree(QueueSpec(ROOT, order=order))
 
 
 @dataclass(slots=True)
@@ -31,6 +55,7 @@ class RmConfig:
     dead_after_s: float = 5.0        # no heartbeat for this long: the server is dead
     lightly_loaded: int = 0          # list length; 0: max(8, servers // 10)
     jm_hosts: tuple[str, ...] = ("jmhost",)
+    queues: QueueTree = field(default_factory=single_queue)
 
 
 @dataclass(slots=True)
@@ -39,15 +64,19 @@ class JobEntry:
     spec: JobSpec
     submitted_at: float
     reply_to: str
-    demand: float
+    demand: float                    # CPUs it could use now (as its JM last said)
+    queue: str                       # its leaf queue's path
     tokens: int = 0
+    running: float = 0.0             # CPUs its regular tasks hold (as its JM last said)
+    admitted: bool = False
     state: str = "running"           # running | done | failed | cancelled
     host: str = ""
+    reclaim: tuple = ()              # the last give-back asked: (kill line, deadline)
 
-    @property
-    def usable(self) -> float:
-        """Tokens the job holds and can use: no more than its demand."""
-        return min(self.tokens, self.demand)
+    def view(self) -> JobView:
+        s = self.spec
+        return JobView(self.job_id, self.queue, s.user, 1.0, s.priority, self.submitted_at, self.demand,
+                       self.tokens, self.running, self.admitted)
 
 
 class RmState:
@@ -55,9 +84,10 @@ class RmState:
     # together): they are folded in with a few array operations instead of one event each.
     batched = (Heartbeat,)
 
-    def __init__(self, config: RmConfig, policy: TokenPolicy | None = None) -> None:
+    def __init__(self, config: RmConfig, policy: SharingPolicy | None = None) -> None:
         self.cfg = config
-        self.policy = policy or EvenSplit()
+        self.tree = config.queues
+        self.policy = policy or make_sharing_policy(self.tree)
         n, k = config.servers, config.shapes
         self.matrices = np.zeros((n, k), dtype=np.float32)
         self.stamps = np.full(n, -1.0)
@@ -68,13 +98,25 @@ class RmState:
         self.next_job_id = 0
         self._host_rr = 0
         self._tokens_dirty = False
-        self._running = 0                # admitted jobs not yet done
-        self._held = 0.0                 # the tokens they hold and can use (JobEntry.usable)
+        self._granted = 0                # tokens held by admitted jobs, summed
+        self._grant_cap = 0              # whole cores when tokens were last handed out
+        self._slack: set[int] = set()    # admitted jobs granted more than their demand
+        self._admitted_in: dict[str, int] = {}            # leaf -> admitted jobs
+        self._waiting_in: dict[str, int] = {}             # leaf -> waiting jobs
+        self._user_in: dict[tuple[str, str], int] = {}    # (leaf, user) -> admitted jobs
+        self.positions: dict[int, tuple[str, int]] = {}   # waiting job -> (leaf, place in line)
+        self.shares: dict[str, float] = {}                # queue -> share at the last round
+        self._soon = False               # an admission round is due shortly
+        self._policy_at = math.inf       # when the sharing policy asked to run again
+        self._published = None           # the queue state last persisted
         self._started_at = 0.0
 
     @property
     def capacity(self) -> float:
         return float(self._alive_n) * self.cfg.server_cores
+
+    def _whole_cores(self) -> int:
+        return int(math.floor((self.capacity or self.cfg.servers * self.cfg.server_cores) + 1e-9))
 
     def handle(self, event, now: float, rng) -> list:
         t = type(event)
@@ -83,24 +125,27 @@ class RmState:
         if t is list:
             return self._on_heartbeats(event, now)
         if t is Timer:
-            return self._tick(now)
+            if event.key == "tick":
+                return self._tick(now)
+            return self._round(now)          # "soon" (waiting jobs) or "policy" (a timeout)
         if t is SubmitJob:
             return self._on_submit(event, now)
         if t is JobDemand:
             e = self.jobs.get(event.job_id)
             if e is not None and e.state == "running":
-                self._held -= e.usable
                 e.demand = float(event.remaining)
-                self._held += e.usable
+                e.running = float(event.running)
+                if e.admitted:
+                    if e.tokens > e.demand:
+                        self._slack.add(e.job_id)
+                    else:
+                        self._slack.discard(e.job_id)
                 self._tokens_dirty = True
             return []
         if t is JobDone:
             return self._on_done(event, now)
         if t is CancelJob:
-            e = self.jobs.get(event.job_id)
-            if e is None or e.state != "running":
-                return []
-            return [Send(f"jm:{event.job_id}", event)]
+            return self._on_cancel(event, now)
         if t is Start:
             return self._recover(now, event.stored) + [SetTimer(self.cfg.view_interval_s, "tick")]
         return [Log("warn", (f"rm ignored {t.__name__}",))]
@@ -158,11 +203,11 @@ class RmState:
         view = ClusterView(now, self.matrices.ravel().copy(), self.stamps.copy(), self.boot_times.copy(),
                            self.alive.copy(), self.lightly_loaded())
         out.extend(Send(h, view) for h in self.cfg.jm_hosts)
-        if self._tokens_dirty:
-            out.extend(self._regrant())
+        if self._tokens_dirty or self.positions or now >= self._policy_at:
+            out.extend(self._round(now))
         return out
 
-    # ---- jobs and tokens -----------------------------------------------------
+    # ---- admission -----------------------------------------------------------
     def _fits_somewhere(self, spec: JobSpec) -> str:
         for s in spec.stages:
             if s.cpu > self.cfg.server_cores or s.mem_gb > self.cfg.server_mem_gb:
@@ -170,9 +215,18 @@ class RmState:
                         f"server has {self.cfg.server_cores} cpu / {self.cfg.server_mem_gb} GB")
         return ""
 
+    def _leaf_of(self, spec: JobSpec) -> tuple[str, str]:
+        """(leaf queue path, "") or ("", why the queue is refused)."""
+        try:
+            return self.tree.leaf(spec.queue).path, ""
+        except QueueError as e:
+            return "", f"job {spec.name!r}: {e}"
+
     def _on_submit(self, msg: SubmitJob, now: float) -> list:
         spec = msg.spec
         why = self._fits_somewhere(spec)
+        leaf, bad_queue = self._leaf_of(spec)
+        why = why or bad_queue
         job_id = msg.job_id if msg.job_id >= 0 else self.next_job_id
         if job_id in self.jobs:
             why = why or f"job id {job_id} is already in use"
@@ -180,60 +234,185 @@ class RmState:
             return [Send(msg.reply_to, JobAccepted(max(job_id, 0), spec.name, False, why)),
                     Log("job_refused", (job_id, spec.name, why))]
         self.next_job_id = max(self.next_job_id, job_id + 1)
-        demand = float(sum(s.cpu * s.tasks for s in spec.stages if not s.depends_on))
-        e = JobEntry(job_id, spec, now, msg.reply_to, demand)
+        e = JobEntry(job_id, spec, now, msg.reply_to, _first_demand(spec), leaf)
         self.jobs[job_id] = e
         out: list = [Persist("put", (job_id, spec, now, msg.reply_to)),     # stored, then acknowledged
-                     Send(msg.reply_to, JobAccepted(job_id, spec.name, True, "")),
-                     Log("job_submitted", (job_id, now, spec.total_tasks))]
-        return out + self._admit(e, now)
+                     Log("job_submitted", (job_id, now, spec.total_tasks, leaf, spec.user))]
+        start = self._admit_now(e, now)
+        where = "" if e.admitted else f"waiting in queue {leaf} at position {self.positions[job_id][1]}"
+        out.append(Send(msg.reply_to, JobAccepted(job_id, spec.name, True, where)))
+        return out + start
 
-    def _admit(self, e: JobEntry, now: float) -> list:
-        self._running += 1
-        cap = self.capacity or self.cfg.servers * self.cfg.server_cores
-        me = JobDemandView(e.job_id, e.submitted_at, e.demand)
-        e.tokens = self.policy.initial(me, self._running, cap, self._demand_views, self._held)
-        self._held += e.usable
+    def _admit_now(self, e: JobEntry, now: float) -> list:
+        """Admit a new job at once if its queue and user are below their limits, nobody waits
+        ahead of it there, and a token is free (the tokens of jobs granted more than they can
+        use are trimmed first); else it waits for the next allocation round, which comes soon.
+        Exact shares follow at that round."""
+        q = self.tree.get(e.queue)
+        leaf, user = e.queue, e.spec.user
+        total = self._whole_cores()
+        free = total - self._granted
+        ok = (not self._waiting_in.get(leaf) and
+              (q.max_running_jobs is None or self._admitted_in.get(leaf, 0) < q.max_running_jobs) and
+              (q.max_jobs_per_user is None or self._user_in.get((leaf, user), 0) < q.max_jobs_per_user))
+        out: list = []
+        if ok and e.demand > 0 and free < min(e.demand, 1 + total // (self._admitted_count() + 1)):
+            free += self._trim_slack(min(e.demand, 1 + total // (self._admitted_count() + 1)) - free, out)
+        if ok and (e.demand <= 0 or free >= 1):
+            self._grant_cap = total
+            return out + self._admit(e, int(min(e.demand, free)) if e.demand > 0 else 0, now)
+        self._waiting_in[leaf] = self._waiting_in.get(leaf, 0) + 1
+        self.positions[e.job_id] = (leaf, self._waiting_in[leaf])
+        if not self._soon:
+            self._soon = True
+            out.append(SetTimer(ADMIT_SOON_S, "soon"))
+        return out
+
+    def _admitted_count(self) -> int:
+        return sum(self._admitted_in.values())
+
+    def _trim_slack(self, want: float, out: list) -> int:
+        """Take back tokens jobs hold beyond their demand (they cannot use them), up to ``want``."""
+        freed = 0
+        for job_id in list(self._slack):
+            if freed >= want:
+                break
+            e = self.jobs[job_id]
+            keep = max(int(math.ceil(e.demand - 1e-9)), 1 if e.demand > 0 else 0)
+            if keep < e.tokens:
+                freed += e.tokens - keep
+                self._granted -= e.tokens - keep
+                e.tokens = keep
+                out.append(Send(f"jm:{job_id}", TokenGrant(job_id, keep)))
+            self._slack.discard(job_id)
+        return freed
+
+    def _admit(self, e: JobEntry, tokens: int, now: float) -> list:
+        e.admitted = True
+        e.tokens = tokens
+        self._granted += tokens
+        if e.tokens > e.demand:
+            self._slack.add(e.job_id)
+        leaf, user = e.queue, e.spec.user
+        self._admitted_in[leaf] = self._admitted_in.get(leaf, 0) + 1
+        self._user_in[(leaf, user)] = self._user_in.get((leaf, user), 0) + 1
         hosts = self.cfg.jm_hosts
         e.host = hosts[self._host_rr % len(hosts)]
         self._host_rr += 1
-        self._tokens_dirty = True  # the others' shares moved; sent on the next tick
-        return [Send(e.host, StartJob(e.job_id, e.spec, e.tokens, e.submitted_at, e.reply_to))]
+        self._tokens_dirty = True  # the others' shares moved; sent at the next round
+        return [Send(e.host, StartJob(e.job_id, e.spec, e.tokens, e.submitted_at, e.reply_to)),
+                Log("job_admitted", (e.job_id, now, e.queue))]
 
-    def _demand_views(self) -> list[JobDemandView]:
-        return [JobDemandView(e.job_id, e.submitted_at, e.demand)
-                for e in self.jobs.values() if e.state == "running"]
-
-    def _allocate(self) -> dict[int, int]:
-        cap = self.capacity or self.cfg.servers * self.cfg.server_cores
-        return self.policy.allocate(self._demand_views(), cap)
-
-    def _regrant(self) -> list:
+    # ---- allocation rounds -----------------------------------------------------
+    def _round(self, now: float) -> list:
+        """Ask the sharing policy for an allocation over every job (admitted and waiting) and
+        carry it out: admissions, token grants, give-backs; note the queues' state."""
+        self._soon = False
         self._tokens_dirty = False
-        out = []
-        for job_id, tokens in self._allocate().items():
+        out: list = []
+        total = self._whole_cores()
+        cap = self.capacity or self.cfg.servers * self.cfg.server_cores
+        snap = Snapshot(now, float(total), tuple(e.view() for e in self.jobs.values()))
+        alloc = self.policy.allocate(snap)
+        for job_id in alloc.admit:
             e = self.jobs[job_id]
-            if tokens != e.tokens:
-                self._held -= e.usable
-                e.tokens = tokens
-                self._held += e.usable
-                out.append(Send(f"jm:{job_id}", TokenGrant(job_id, tokens)))
+            self._waiting_in[e.queue] -= 1
+            out += self._admit(e, alloc.tokens[job_id], now)
+        admitted_now = set(alloc.admit)
+        for job_id, tokens in alloc.tokens.items():
+            e = self.jobs[job_id]
+            if job_id in admitted_now or tokens == e.tokens:
+                continue
+            self._granted += tokens - e.tokens
+            e.tokens = tokens
+            if e.tokens > e.demand:
+                self._slack.add(job_id)
+            else:
+                self._slack.discard(job_id)
+            out.append(Send(f"jm:{job_id}", TokenGrant(job_id, tokens)))
+        self._grant_cap = total
+        for r in alloc.reclaim:
+            e = self.jobs[r.job_id]
+            deadline = now + r.within_s
+            if e.reclaim and e.reclaim[0] == r.tokens and abs(e.reclaim[1] - deadline) < 0.05:
+                continue            # already asked
+            e.reclaim = (r.tokens, deadline)
+            out.append(Send(f"jm:{r.job_id}", ReclaimTokens(r.job_id, e.tokens, r.tokens, r.within_s)))
+            out.append(Log("reclaim", (r.job_id, now, e.queue, e.running - r.tokens, r.within_s)))
+        self.positions = alloc.positions
+        self.shares = alloc.shares
+        if alloc.next_run_s is not None:
+            at = now + alloc.next_run_s
+            if at < self._policy_at - 1e-9 or self._policy_at <= now:
+                self._policy_at = at
+                out.append(SetTimer(alloc.next_run_s, "policy"))
+        elif self._policy_at <= now:
+            self._policy_at = math.inf
+        out.append(Log("allocation", self._queue_rows(now, cap, alloc)))
+        out += self._publish(now)
         return out
+
+    def _queue_rows(self, now: float, cap: float, alloc) -> tuple:
+        """(now, capacity, {leaf: (share, holding, demand, guarantee, starving_s, running jobs,
+        waiting jobs)}) for the report and `apollo queues`."""
+        lim = self.tree.resolve(cap)
+        held: dict[str, float] = {}
+        want: dict[str, float] = {}
+        for e in self.jobs.values():
+            if e.admitted:
+                held[e.queue] = held.get(e.queue, 0.0) + e.running
+            want[e.queue] = want.get(e.queue, 0.0) + e.demand
+        rows = {q.path: (alloc.shares.get(q.path, 0.0), held.get(q.path, 0.0), want.get(q.path, 0.0),
+                         lim[q.path].guarantee, alloc.starving.get(q.path, 0.0), self._admitted_in.get(q.path, 0),
+                         self._waiting_in.get(q.path, 0))
+                for q in self.tree.leaves()}
+        return (now, cap, rows)
+
+    def _publish(self, now: float) -> list:
+        """Persist the queues' state and the waiting jobs' places when they changed (a live
+        cluster's `apollo queues` and `apollo job` read them from the store)."""
+        state = (tuple(sorted((k, round(v, 3)) for k, v in self.shares.items())),
+                 tuple(sorted((k, self._admitted_in.get(k, 0), self._waiting_in.get(k, 0)) for k in self.shares)),
+                 tuple(sorted(self.positions.items())))
+        if state == self._published:
+            return []
+        self._published = state
+        return [Persist("queues", (now, dict(self.shares), dict(self._admitted_in), dict(self._waiting_in),
+                                   dict(self.positions)))]
+
+    # ---- the end of a job ----------------------------------------------------
+    def _forget(self, e: JobEntry) -> None:
+        del self.jobs[e.job_id]     # the store keeps the record; memory keeps only live jobs
+        if e.admitted:
+            self._granted -= e.tokens
+            self._slack.discard(e.job_id)
+            self._admitted_in[e.queue] -= 1
+            self._user_in[(e.queue, e.spec.user)] -= 1
+        else:
+            self._waiting_in[e.queue] -= 1
+            self.positions.pop(e.job_id, None)
+        self._tokens_dirty = True
 
     def _on_done(self, msg: JobDone, now: float) -> list:
         e = self.jobs.get(msg.job_id)
         if e is None or e.state != "running":
             return []
         e.state = msg.state
-        del self.jobs[msg.job_id]   # the store keeps the record; memory keeps only live jobs
-        self._running -= 1
-        self._held -= e.usable
-        self._tokens_dirty = True
+        self._forget(e)
         return [Persist("finish", (msg.job_id, e.state, msg.reason, now)), Send(e.reply_to, msg)]
 
+    def _on_cancel(self, msg: CancelJob, now: float) -> list:
+        e = self.jobs.get(msg.job_id)
+        if e is None or e.state != "running":
+            return []
+        if e.admitted:
+            return [Send(f"jm:{msg.job_id}", msg)]
+        # Still waiting: no JM exists; the RM ends it.
+        return self._on_done(JobDone(msg.job_id, False, "cancelled", now, 0), now)
+
     def _recover(self, now: float, stored: StoredJobs | None) -> list:
-        """After a restart, re-admit every stored job that had not finished; ids continue
-        after the highest ever stored, finished jobs included."""
+        """After a restart, re-admit (or queue again) every stored job that had not finished; ids
+        continue after the highest ever stored, finished jobs included."""
         self._started_at = now
         if stored is None:
             return []
@@ -242,16 +421,33 @@ class RmState:
         for job_id, spec, submitted_at, reply_to in stored.unfinished:
             if job_id in self.jobs:
                 continue
-            e = JobEntry(job_id, spec, submitted_at, reply_to,
-                         float(sum(s.cpu * s.tasks for s in spec.stages if not s.depends_on)))
+            leaf, why = self._leaf_of(spec)
+            if why:       # the queue file changed under it: it cannot run here any more
+                out += [Persist("finish", (job_id, "failed", why, now)),
+                        Send(reply_to, JobDone(job_id, False, why, now, 0))]
+                continue
+            e = JobEntry(job_id, spec, submitted_at, reply_to, _first_demand(spec), leaf)
             self.jobs[job_id] = e
             self.next_job_id = max(self.next_job_id, job_id + 1)
-            out.extend(self._admit(e, now))
+            out.extend(self._admit_now(e, now))
         return out
 
     def validate(self) -> None:
         assert self.matrices.shape == (self.cfg.servers, self.cfg.shapes)
         assert all(e.tokens >= 0 for e in self.jobs.values())
-        assert abs(self._held - sum(e.usable for e in self.jobs.values())) < 1e-6
+        adm = [e for e in self.jobs.values() if e.admitted]
+        assert self._granted == sum(e.tokens for e in adm), "granted tokens out of sync"
+        assert self._granted <= self._grant_cap or not adm, "more tokens granted than cores"
+        assert all(e.tokens == 0 for e in self.jobs.values() if not e.admitted)
         assert self._alive_n == int(self.alive.sum())
         assert all(j < self.next_job_id for j in self.jobs)
+        for leaf in set(self._admitted_in) | set(self._waiting_in):
+            assert self._admitted_in.get(leaf, 0) == sum(e.queue == leaf for e in adm)
+            assert self._waiting_in.get(leaf, 0) == sum(e.queue == leaf and not e.admitted
+                                                         for e in self.jobs.values())
+        assert set(self.positions) == {e.job_id for e in self.jobs.values() if not e.admitted}
+
+
+def _first_demand(spec: JobSpec) -> float:
+    """CPUs a job can use when it starts: its first stages' tasks."""
+    return float(sum(s.cpu * s.tasks for s in spec.stages if not s.depends_on))

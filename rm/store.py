@@ -35,6 +35,8 @@ class JobStore:
             self.put(*p.args)
         elif p.op == "finish":
             self.finish(*p.args)
+        elif p.op == "queues":
+            self.queues(*p.args)
         else:
             raise ValueError(f"unknown job store operation {p.op!r}")
 
@@ -43,6 +45,9 @@ class JobStore:
 
     def put(self, job_id: int, spec: JobSpec, submitted_at: float, reply_to: str) -> None: ...
     def finish(self, job_id: int, state: str, reason: str, at: float) -> None: ...
+    def queues(self, at: float, shares: dict, running: dict, waiting: dict, positions: dict) -> None:
+        """The queues' state at the RM's last allocation round (not needed for recovery)."""
+
     def unfinished(self) -> Iterator[tuple[int, JobSpec, float, str]]: ...
     def all(self) -> list[tuple[int, str, str, float, float | None, str]]: ...
     def max_job_id(self) -> int: ...
@@ -80,6 +85,11 @@ class SqliteJobStore(JobStore):
         self.db.execute("""CREATE TABLE IF NOT EXISTS jobs (
             job_id INTEGER PRIMARY KEY, name TEXT, spec BLOB, submitted_at REAL, reply_to TEXT,
             state TEXT, finished_at REAL, reason TEXT)""")
+        # The sharing plane's state at its last round, for `apollo queues` and `apollo job`.
+        self.db.execute("""CREATE TABLE IF NOT EXISTS queue_state (
+            path TEXT PRIMARY KEY, share REAL, running INTEGER, waiting INTEGER, at REAL)""")
+        self.db.execute("""CREATE TABLE IF NOT EXISTS waiting (
+            job_id INTEGER PRIMARY KEY, queue TEXT, position INTEGER)""")
 
     def put(self, job_id, spec, submitted_at, reply_to):
         blob = msgpack.packb(JOB[0](spec), use_bin_type=True)
@@ -90,6 +100,16 @@ class SqliteJobStore(JobStore):
     def finish(self, job_id, state, reason, at):
         self.db.execute("UPDATE jobs SET state=?, finished_at=?, reason=? WHERE job_id=?",
                         (state, at, reason, job_id))
+
+    def queues(self, at, shares, running, waiting, positions):
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.execute("DELETE FROM queue_state")
+            self.db.executemany("INSERT INTO queue_state VALUES (?,?,?,?,?)",
+                                [(q, s, running.get(q, 0), waiting.get(q, 0), at) for q, s in shares.items()])
+            self.db.execute("DELETE FROM waiting")
+            self.db.executemany("INSERT INTO waiting VALUES (?,?,?)",
+                                [(j, q, p) for j, (q, p) in positions.items()])
 
     def unfinished(self):
         rows = self.db.execute(

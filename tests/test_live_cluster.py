@@ -240,6 +240,9 @@ def test_job_survives_sigkill_of_a_pn_process(cluster):
     assert done.ok, done.reason
     assert done.tasks_done == n
     wait_for(lambda: _gone(victim["pid"]), 5, "the killed PN process to be gone")
+    # The JM host tells the submitter before its event records are flushed: wait for them all.
+    wait_for(lambda: sum(a[A_JOB] == job and a[A_OUTCOME] == "done" for a in attempts(folder)) >= n, 5,
+             "every finished attempt's record")
     rows = [a for a in attempts(folder) if a[A_JOB] == job]
     ok = [a for a in rows if a[A_OUTCOME] == "done"]
     assert sorted(a[A_TASK] for a in ok) == list(range(n))       # each task completed exactly once

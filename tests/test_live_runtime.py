@@ -19,7 +19,6 @@ from jm.state import JmConfig
 from pn.state import PnConfig, PnState
 from rm.state import RmConfig, RmState
 from rm.store import MemoryJobStore
-from rm.tokens import make_token_policy
 
 SECRET = b"live-runtime-test-secret"
 SERVERS, RACKS = 4, 2
@@ -53,8 +52,7 @@ def cluster_actors():
     topo = Topology(SERVERS, RACKS, 4.0, 16.0)
     pncfg = PnConfig(cores=4.0, mem_gb=16.0, heartbeat_s=0.1, liveness_s=0.3)
     shapes = pncfg.grid.size
-    rm = RmState(RmConfig(SERVERS, shapes, 4.0, 16.0, view_interval_s=0.2, dead_after_s=1.0),
-                 make_token_policy("even"))
+    rm = RmState(RmConfig(SERVERS, shapes, 4.0, 16.0, view_interval_s=0.2, dead_after_s=1.0))
     jmcfg = JmConfig(topology=topo, policy="apollo", io=IoModel(), grid=pncfg.grid,
                      opportunistic=False)
     return rm, JmHost(jmcfg), [PnState(s, pncfg) for s in range(SERVERS)]

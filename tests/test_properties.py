@@ -6,7 +6,7 @@ from hypothesis import given, strategies as st
 from jm.matching import UNMATCHED, greedy_match, is_stable, stable_match
 from pn.queue import Profile, release_waits
 from pn.state import PnConfig, PnState
-from rm.tokens import water_fill
+from rm.sharing import water_fill
 
 
 @st.composite

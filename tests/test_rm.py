@@ -1,20 +1,25 @@
 import numpy as np
 
 from apollo.effects import Persist, Send, SetTimer, Start, Timer
-from apollo.messages import (ClusterView, Heartbeat, JobAccepted, JobDemand, JobDone, StartJob, SubmitJob,
-                             TokenGrant)
+from apollo.messages import (CancelJob, ClusterView, Heartbeat, JobAccepted, JobDemand, JobDone, ReclaimTokens,
+                             StartJob, SubmitJob, TokenGrant)
 from apollo.spec import JobSpec, StageSpec
-from rm.state import RmConfig, RmState
+from rm.queues import QueueTree
+from rm.sharing import water_fill
+from rm.state import RmConfig, RmState, single_queue
 from rm.store import SqliteJobStore
-from rm.tokens import EvenSplit, FifoTokens, water_fill
 
 from helpers import Rng
 
 
-def rm(n=4, policy=None):
-    r = RmState(RmConfig(n, 12, dead_after_s=5.0), policy or EvenSplit())
+def rm(n=4, tokens="even", queues=None):
+    r = RmState(RmConfig(n, 12, dead_after_s=5.0, queues=queues or single_queue(tokens)))
     r.handle(Start(), 0.0, Rng())
     return r
+
+
+def sent(out, kind):
+    return [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, kind)]
 
 
 def hb(s, t, w0=0.0, boot=0.0):
@@ -71,7 +76,16 @@ def test_even_split_regrants_on_tick_and_fifo_serves_oldest():
     out = r.handle(Timer("tick"), 1.5, Rng())
     grants = {e.msg.job_id: e.msg.tokens for e in out if isinstance(e, Send) and isinstance(e.msg, TokenGrant)}
     assert grants == {0: 8}
-    assert FifoTokens().allocate([], 16) == {}
+    assert [(s.job_id, s.tokens) for s in sent(out, StartJob)] == [(1, 8)]   # b waited for no free token
+    r.validate()
+    f = rm(tokens="fifo")
+    for s in range(4):
+        f.handle(hb(s, 0.1), 0.1, Rng())
+    f.handle(SubmitJob(-1, one_task_job("a", tasks=10), "c"), 1.0, Rng())
+    f.handle(SubmitJob(-1, one_task_job("b", tasks=10), "c"), 1.1, Rng())
+    out = f.handle(Timer("tick"), 1.5, Rng())
+    assert not sent(out, TokenGrant)            # oldest first: a keeps 10, b has the other 6
+    assert f.jobs[0].tokens == 10 and f.jobs[1].tokens == 6
 
 
 def test_water_fill_properties_small():
@@ -100,7 +114,7 @@ def test_job_done_forwarded_and_store_survives_restart(tmp_path):
     assert [type(e) for e in out] == [Persist, Send] and out[1].to == "client"
     assert [row[2] for row in store.all()] == ["done", "running"]
     # A new RM started with what the database holds re-admits the unfinished job only.
-    r2 = RmState(RmConfig(4, 12), EvenSplit())
+    r2 = RmState(RmConfig(4, 12))
     out = r2.handle(Start(SqliteJobStore(str(tmp_path / "jobs.db")).recovered()), 9.0, Rng())
     starts = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StartJob)]
     assert [s.job_id for s in starts] == [1] and starts[0].spec.name == "b"
@@ -121,26 +135,107 @@ def test_heartbeats_in_one_list_fold_in_as_one_at_a_time():
     assert many.matrices[0, 0] == 3.0 and many.matrices[1, 0] == 2.0 and many.boot_times[1] == 1.1
 
 
-def test_admission_gives_free_capacity_up_to_demand_then_an_equal_share():
+def test_admission_gives_free_capacity_up_to_demand_and_never_more_tokens_than_cores():
     r = rm()                                            # 4 servers x 4 cores = 16 tokens
     for s in range(4):
         r.handle(hb(s, 0.1), 0.1, Rng())
 
     def start_tokens(out):
-        return [e.msg.tokens for e in out if isinstance(e, Send) and isinstance(e.msg, StartJob)][0]
+        return [(m.job_id, m.tokens) for m in sent(out, StartJob)]
 
-    assert start_tokens(r.handle(SubmitJob(-1, one_task_job("a", tasks=6), "c"), 1.0, Rng())) == 6
+    assert start_tokens(r.handle(SubmitJob(-1, one_task_job("a", tasks=6), "c"), 1.0, Rng())) == [(0, 6)]
     # 10 tokens nobody holds: the second job gets its whole demand of 10, not half the cluster.
-    assert start_tokens(r.handle(SubmitJob(-1, one_task_job("b", tasks=10), "c"), 1.0, Rng())) == 10
-    # The cluster is fully held: an equal share (16 / 3 jobs).
-    assert start_tokens(r.handle(SubmitJob(-1, one_task_job("c", tasks=10), "c"), 1.0, Rng())) == 5
-    # Job a now needs only 1 and job b is done: 16 - 1 - 5 = 10 tokens are free again.
-    r.handle(JobDemand(0, 1, 0), 1.5, Rng())
+    assert start_tokens(r.handle(SubmitJob(-1, one_task_job("b", tasks=10), "c"), 1.0, Rng())) == [(1, 10)]
+    # The cluster is fully held: the third job waits (first in line) for a round, due shortly.
+    out = r.handle(SubmitJob(-1, one_task_job("c", tasks=10), "c"), 1.0, Rng())
+    assert start_tokens(out) == [] and sent(out, JobAccepted)[0].reason == "waiting in queue root at position 1"
+    assert [e.key for e in out if isinstance(e, SetTimer)] == ["soon"]
+    r.validate()
+    out = r.handle(Timer("soon"), 1.05, Rng())          # water-fill of 16 over demands 6, 10, 10
+    got = {m.job_id: m.tokens for m in sent(out, TokenGrant)} | dict(start_tokens(out))
+    assert got[2] >= 5 and sum(r.jobs[j].tokens for j in r.jobs) == 16
+    r.validate()
+    # Job a now needs only 1 and job b is done: its tokens are free again; a's spare ones are
+    # trimmed for a newcomer.
+    r.handle(JobDemand(0, 1, 1), 1.5, Rng())
     r.handle(JobDone(1, True, "", 2.0, 10), 2.0, Rng())
+    out = r.handle(SubmitJob(-1, one_task_job("d", tasks=8), "c"), 2.0, Rng())
+    assert start_tokens(out) and sum(e.tokens for e in r.jobs.values()) <= 16
     r.validate()
-    assert start_tokens(r.handle(SubmitJob(-1, one_task_job("d", tasks=8), "c"), 2.0, Rng())) == 8
+
+
+def test_a_hundred_jobs_on_sixteen_cores_hold_sixteen_tokens_at_most():
+    r = rm()
+    for s in range(4):
+        r.handle(hb(s, 0.1), 0.1, Rng())
+    t = 1.0
+    for i in range(100):
+        out = r.handle(SubmitJob(-1, one_task_job(f"j{i}", tasks=3), "c"), t, Rng())
+        r.validate()
+        assert sum(e.tokens for e in r.jobs.values()) <= 16
+        t += 0.005
+    for k in range(5):
+        r.handle(Timer("soon"), t + k * 0.05, Rng())
+        r.validate()
+    admitted = [e for e in r.jobs.values() if e.admitted]
+    assert sum(e.tokens for e in admitted) <= 16 and len(admitted) == 16
+    assert sorted(p for _, p in r.positions.values()) == list(range(1, 85))
+
+
+def test_unknown_queue_is_refused_and_nothing_stored():
+    tree = QueueTree.parse({"queues": {"prod": {"guarantee": "60%"}, "dev": {}}}, source="q.toml")
+    r = rm(queues=tree)
+    job = one_task_job("x")
+    job.queue = "nope"
+    out = r.handle(SubmitJob(-1, job, "client"), 1.0, Rng())
+    acc = sent(out, JobAccepted)[0]
+    assert not acc.accepted and "unknown queue 'nope'" in acc.reason and "prod" in acc.reason
+    assert not any(isinstance(e, Persist) for e in out) and not r.jobs
+
+
+def test_running_job_limit_queues_jobs_with_positions_and_cancel_while_waiting():
+    tree = QueueTree.parse({"queues": {"a": {"max_running_jobs": 1}, "b": {}}}, source="q.toml")
+    r = rm(queues=tree)
+    for s in range(4):
+        r.handle(hb(s, 0.1), 0.1, Rng())
+    jobs = []
+    for i in range(3):
+        j = one_task_job(f"a{i}", tasks=2)
+        j.queue = "a"
+        jobs.append(r.handle(SubmitJob(-1, j, "c"), 1.0 + i, Rng()))
+    assert sent(jobs[0], StartJob) and not sent(jobs[1], StartJob) and not sent(jobs[2], StartJob)
+    assert r.positions == {1: ("a", 1), 2: ("a", 2)}
+    out = r.handle(CancelJob(1), 4.0, Rng())         # a waiting job is ended by the RM itself
+    assert [m.job_id for m in sent(out, JobDone)] == [1] and sent(out, JobDone)[0].reason == "cancelled"
     r.validate()
-    out = r.handle(Timer("tick"), 2.5, Rng())           # the tick re-balances to exact fair shares
-    grants = {e.msg.job_id: e.msg.tokens for e in out if isinstance(e, Send) and isinstance(e.msg, TokenGrant)}
-    assert grants == {0: 1, 2: 7, 3: 7}          # water-fill of 16 over demands 1, 10, 8
+    r.handle(Timer("soon"), 4.1, Rng())
+    assert r.positions == {2: ("a", 1)}
+    out = r.handle(JobDone(0, True, "", 5.0, 2), 5.0, Rng())
+    out = r.handle(Timer("tick"), 5.5, Rng())
+    assert [m.job_id for m in sent(out, StartJob)] == [2] and not r.positions
     r.validate()
+
+
+def test_fair_pools_preempt_after_the_min_share_timeout():
+    tree = QueueTree.parse({"queues": {"prod": {"guarantee": 8, "min_share_timeout_s": 5},
+                                       "dev": {}}}, source="q.toml")
+    r = rm(queues=tree)
+    for s in range(4):
+        r.handle(hb(s, 0.1), 0.1, Rng())
+    dev = one_task_job("dev", tasks=100)
+    dev.queue = "dev"
+    r.handle(SubmitJob(-1, dev, "c"), 1.0, Rng())
+    r.handle(JobDemand(0, 100, 16), 1.2, Rng())         # dev runs on all 16 cores
+    prod = one_task_job("prod", tasks=20)
+    prod.queue = "prod"
+    r.handle(SubmitJob(-1, prod, "c"), 2.0, Rng())
+    t, reclaims = 2.0, []
+    while t < 9.0 and not reclaims:
+        t += 0.5
+        for e in r.handle(Timer("tick"), t, Rng()):
+            if isinstance(e, Send) and isinstance(e.msg, ReclaimTokens):
+                reclaims.append((t, e.msg))
+        r.validate()
+    (when, msg), = reclaims
+    assert msg.job_id == 0 and msg.within_s == 0 and 6.9 <= when <= 7.6   # 5 s after prod's arrival
+    assert msg.keep == 8                                 # kills 8: prod's min share, no more

@@ -36,9 +36,10 @@ class Profile:
         """This profile with one more candidate filter (e.g. delay scheduling on any profile)."""
         return dataclasses.replace(self, filters=self.filters + (f,))
 
-    def describe(self) -> list[str]:
-        """The report's ``scheduler.policies``: what this profile is made of."""
-        return [self.matcher.name] + [f.name for f in self.filters] + self.gate.describe() + \
+    def describe(self, opportunistic: bool = True) -> list[str]:
+        """The report's ``scheduler.policies``: what this profile is made of (``opportunistic``:
+        whether the run lets the gate send opportunistic tasks)."""
+        return [self.matcher.name] + [f.name for f in self.filters] + self.gate.describe(opportunistic) + \
             (["corrections"] if self.corrections else [])
 
 

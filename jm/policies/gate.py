@@ -17,8 +17,8 @@ class DispatchGate:
     lookahead: bool = False          # match JmConfig.lookahead tasks per free token, best first
     pipelining: bool = False         # short tasks: JmConfig.pipeline_s of work per token
 
-    def describe(self) -> list[str]:
-        return [n for n, on in (("opportunistic", self.opportunistic), ("lookahead", self.lookahead),
+    def describe(self, opportunistic: bool = True) -> list[str]:
+        return [n for n, on in (("opportunistic", self.opportunistic and opportunistic), ("lookahead", self.lookahead),
                                 ("pipelining", self.pipelining)) if on]
 
 
