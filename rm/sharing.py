@@ -297,6 +297,7 @@ def round_tokens(alloc: dict[int, float], total: int, at_least_one=()) -> dict[i
 _FIELDS = operator.attrgetter("weight", "demand", "running", "admitted", "priority", "submitted_at",
                               "job_id", "queue", "user")
 
+
 class SharingPolicy:
     name = "base"
 
@@ -476,6 +477,10 @@ class SharingPolicy:
 
     # Invariants ------------------------------------------------------------------------------
     def validate(self, snap: Snapshot, alloc: Allocation) -> None:
+        """Assert the invariants of ``alloc`` (just returned by ``allocate(snap)``): tokens fit
+        the cores and give every job with demand one; admission limits; shares sum up the tree,
+        stay within demand and max and meet guarantees; kills stay within the deficit and leave
+        every leaf at or above its share; every waiting job has a position."""
         byid = {j.job_id: j for j in snap.jobs}
         total = math.floor(max(0.0, snap.capacity) + 1e-9)
         assert len(set(alloc.admit)) == len(alloc.admit)
@@ -497,11 +502,18 @@ class SharingPolicy:
             if new and q.max_jobs_per_user is not None:
                 for u in {byid[i].user for i in new}:
                     assert sum(byid[i].user == u for i in mine) <= q.max_jobs_per_user, f"{q.path}: past max_jobs_per_user"
+        lim = self.tree.resolve(snap.capacity)
+        tol = 1e-6 * max(1.0, snap.capacity)
         for q in self.tree.nodes():
             if q.children:
                 s = sum(alloc.shares[c.path] for c in q.children)
-                assert abs(alloc.shares[q.path] - s) <= 1e-6 * max(1.0, s), f"{q.path}: share != sum of children"
-        assert alloc.shares[self.tree.root.path] <= snap.capacity + 1e-6
+                assert abs(alloc.shares[q.path] - s) <= tol, f"{q.path}: share != sum of children"
+            assert alloc.shares[q.path] <= lim[q.path].max + tol, f"{q.path}: share past its max"
+        assert alloc.shares[self.tree.root.path] <= snap.capacity + tol
+        for q in self._leaves:                           # demand caps and guarantees (min shares)
+            d = sum(byid[i].demand for i in adm if self.tree.leaf(byid[i].queue).path == q.path)
+            assert alloc.shares[q.path] <= d + tol, f"{q.path}: share above its demand"
+            assert alloc.shares[q.path] >= min(lim[q.path].guarantee, d) - tol, f"{q.path}: below its guarantee"
         waiting = [j.job_id for j in snap.jobs if j.job_id not in adm]
         assert set(alloc.positions) == set(waiting)
         for q in self._leaves:
@@ -517,7 +529,6 @@ class SharingPolicy:
             assert r.within_s >= 0
             kill[self.tree.leaf(j.queue).path] += j.running - r.tokens
         assert sum(kill.values()) <= self.last_deficit + 1e-6, "killed more than the deficit"
-        lim = self.tree.resolve(snap.capacity)
         for path, k in kill.items():
             held = sum(byid[i].running for i in adm if self.tree.leaf(byid[i].queue).path == path)
             floor = max(alloc.shares[path], lim[path].guarantee if self.tree.sharing == "capacity" else 0.0)

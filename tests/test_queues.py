@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, strategies as st
+from hypothesis import given, strategies as st
 
 from rm.queues import Amount, QueueError, QueueSpec, QueueTree, UnknownQueue, load_queue_file
 from rm.sharing import (Allocation, CapacitySharing, FairSharing, JobView, Reclaim, Snapshot,
@@ -245,7 +245,7 @@ def eff_demand(t, lim, demand):
 def test_fair_shares_hierarchy(case):
     t, demand, cap = case
     s = fair_shares(t, cap, demand)
-    lim, eff = t.resolve(cap), None
+    lim = t.resolve(cap)
     eff = eff_demand(t, lim, demand)
     tol = 1e-6 * max(1.0, cap)
     assert set(s) == {q.path for q in t.nodes()}
@@ -458,10 +458,6 @@ def snapshots(draw):
     return Snapshot(0.0, float(draw(st.sampled_from([0, 3, 8, 16, 16.5, 64, 200]))), tuple(jobs))
 
 
-def leaf_of(j):
-    return j.queue
-
-
 def check_allocation(t, snap, a: Allocation, deficit_bound):
     byid = {j.job_id: j for j in snap.jobs}
     total = math.floor(snap.capacity + 1e-9)
@@ -476,8 +472,8 @@ def check_allocation(t, snap, a: Allocation, deficit_bound):
         assert all(a.tokens[i] >= 1 for i in holders)
     assert len(old_holders) <= total or not any(byid[i].demand > 0 for i in a.admit)
     for q in t.leaves():
-        new = [i for i in a.admit if leaf_of(byid[i]) == q.path]
-        mine = [i for i in adm if leaf_of(byid[i]) == q.path]
+        new = [i for i in a.admit if byid[i].queue == q.path]
+        mine = [i for i in adm if byid[i].queue == q.path]
         if new and q.max_running_jobs is not None:
             assert len(mine) <= q.max_running_jobs
         if new and q.max_jobs_per_user is not None:
@@ -492,7 +488,7 @@ def check_allocation(t, snap, a: Allocation, deficit_bound):
     assert len({r.job_id for r in a.reclaim}) == len(a.reclaim)
     assert sum(killed.values()) <= deficit_bound + 1e-6                 # no more than the deficit
     for leaf, k in killed.items():                                       # never below its share
-        held = sum(byid[i].running for i in adm if leaf_of(byid[i]) == leaf)
+        held = sum(byid[i].running for i in adm if byid[i].queue == leaf)
         floor = a.shares[leaf] if t.sharing == "fair" else max(a.shares[leaf], lim[leaf].guarantee)
         assert held - k >= floor - 1e-6
     waiting = [j for j in snap.jobs if j.job_id not in adm]
