@@ -53,6 +53,10 @@ class SimConfig:
     # Apollo may dispatch beyond its tokens as opportunistic tasks. Off by default: with
     # even-split tokens regular work claims the whole cluster and most of it gets preempted.
     opportunistic: bool = False
+    # A closed loop instead of the trace's arrival times: this many jobs in flight, the next one
+    # submitted as one finishes (the HFS paper's microbenchmarks ran "50 jobs active at any time").
+    # 0: open arrivals.
+    concurrent_jobs: int = 0
 
 
 class TaskTruth:
@@ -80,13 +84,15 @@ class TaskTruth:
 
 
 class Client:
-    """The submitting side: counts answers and stops the run when every job has one."""
+    """The submitting side: counts answers and stops the run when every job has one; in a
+    closed loop (``backlog``), submits the next job as each one ends."""
 
-    def __init__(self, expected: int, runtime: SimRuntime) -> None:
+    def __init__(self, expected: int, runtime: SimRuntime, backlog: list | None = None) -> None:
         self.expected = expected
         self.runtime = runtime
         self.finished = 0
         self.results: dict[int, JobDone] = {}
+        self.backlog = backlog or []          # (job index, spec) not submitted yet, in order
 
     def handle(self, event, now, rng):
         if type(event) is JobDone:
@@ -94,11 +100,18 @@ class Client:
                 return []        # the second copy (the JM's and the RM's both come)
             self.results[event.job_id] = event
             self.finished += 1
+            self._next()
         elif type(event) is JobAccepted and not event.accepted:
             self.finished += 1
+            self._next()
         if self.finished >= self.expected:
             self.runtime.stopped = True
         return []
+
+    def _next(self) -> None:
+        if self.backlog:
+            i, job = self.backlog.pop(0)
+            self.runtime.inject("rm", SubmitJob(i, job, "client"))
 
 
 def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Client, dict]:
@@ -119,15 +132,18 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
     if cfg.delay:
         jmcfg.profile = jmcfg.profile.with_filter(DelayScheduling())
     host = JmHost(jmcfg)
-    client = Client(len(workload.jobs), rt)
+    jobs = list(enumerate(workload.jobs))
+    first, backlog = (jobs[:cfg.concurrent_jobs], jobs[cfg.concurrent_jobs:]) if cfg.concurrent_jobs else (jobs, [])
+    client = Client(len(workload.jobs), rt, backlog)
     rt.add("rm", rm, store=MemoryJobStore())
     rt.add("jmhost", host)
     rt.route_prefix("jm", "jmhost")
     rt.add("client", client, start=False)
     for s in range(cfg.servers):
         rt.add(f"pn:{s}", PnState(s, pncfg))
-    for i, job in enumerate(workload.jobs):
-        rt.call_at(job.arrival_s, lambda i=i, job=job: rt.inject("rm", SubmitJob(i, job, "client")))
+    for i, job in first:
+        at = 0.0 if cfg.concurrent_jobs else job.arrival_s
+        rt.call_at(at, lambda i=i, job=job: rt.inject("rm", SubmitJob(i, job, "client")))
     for t, server, down_for in cfg.crashes:
         addr = f"pn:{server}"
         rt.call_at(t, lambda a=addr: rt.crash(a))

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 from .deferral import Deferral
 from .delay import DelayScheduling
-from .gate import APOLLO, TOKENS, DispatchGate
+from .gate import APOLLO, LOOKAHEAD, TOKENS, DispatchGate
 from .matchers import FreeSlot, GreedyMatching, Matcher, RandomPlacement, StableMatching
+from .offers import SlotOffers
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,12 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("greedy", GreedyMatching()),
     Profile("random", RandomPlacement()),
     Profile("fifo", FreeSlot(), polls=True, tokens="fifo"),
-    # The Hadoop Fair Scheduler: fair shares from the RM, delay scheduling, free slots only.
-    # It looks again every 0.1 s as HFS's heartbeats offer slots (100 servers x one per 3 s).
-    Profile("hfs-delay", FreeSlot(), (DelayScheduling(),), polls=True, poll_s=0.1),
+    # The Hadoop Fair Scheduler: fair shares from the RM, free slots offered as heartbeats
+    # bring them (each to the job's closest task), delay scheduling. It looks again every
+    # 0.1 s, about as often as 100 servers heartbeating every few seconds offer a slot, and
+    # offers each slot to the tasks of several tokens' worth (lookahead), as HFS scans all of
+    # a job's pending maps for one with data on the offered node.
+    Profile("hfs-delay", SlotOffers(), (DelayScheduling(),), LOOKAHEAD, polls=True, poll_s=0.1),
 )}
 
 

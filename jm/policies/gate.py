@@ -23,4 +23,5 @@ class DispatchGate:
 
 
 TOKENS = DispatchGate()
+LOOKAHEAD = DispatchGate(lookahead=True)
 APOLLO = DispatchGate(opportunistic=True, lookahead=True, pipelining=True)
