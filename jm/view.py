@@ -53,17 +53,26 @@ class ViewCache:
         smallest memory), less what this host sent since those readings."""
         return self._free_and_pending(servers, now)[0]
 
-    def _free_and_pending(self, servers: np.ndarray, now: float,
-                          stamps: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def free_cpu_reported(self, servers: np.ndarray) -> np.ndarray:
+        """CPUs free per the servers' readings when they were taken (a slot the server said was
+        free, not one its running tasks are expected to have freed by now), less what this host
+        sent since: what a slot-based scheduler may count on without queueing behind a task
+        that runs longer than expected."""
+        return self._free_and_pending(servers, 0.0, as_reported=True)[0]
+
+    def _free_and_pending(self, servers: np.ndarray, now: float, stamps: np.ndarray | None = None,
+                          as_reported: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(free_cpu, mine): ``mine`` marks servers whose reading predates this host's last send
-        there (the sends are not in the reading yet). ``stamps``: their reading times, if known."""
+        there (the sends are not in the reading yet). ``stamps``: their reading times, if known;
+        ``as_reported``: free when the reading was taken (else by ``now``, the waits counted down)."""
         if stamps is None:
             stamps = self.stamps[servers]
         mine = stamps <= self.sent_at[servers]
         # Waits of the cpu shapes at the smallest memory; a bigger shape never waits less, so
         # the shapes that fit now are a prefix and their count picks the free CPUs. (Whole rows
         # are gathered, then sliced: a gather of contiguous rows is a copy per row.)
-        fits = np.add.reduce(self.matrices[servers][..., ::len(self.mem_grid)] <= (now - stamps)[..., None], axis=-1)
+        elapsed = 0.0 if as_reported else (now - stamps)[..., None]
+        fits = np.add.reduce(self.matrices[servers][..., ::len(self.mem_grid)] <= elapsed, axis=-1)
         free = self.free_of_fits[fits]
         if mine.any():
             free = free - np.where(mine, self.sent_cpu[servers], 0.0)

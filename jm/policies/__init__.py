@@ -34,8 +34,9 @@ class Profile:
     tokens: str = "even"             # the RM's token policy when none is named
 
     def with_filter(self, f) -> "Profile":
-        """This profile with one more candidate filter (e.g. delay scheduling on any profile)."""
-        return dataclasses.replace(self, filters=self.filters + (f,))
+        """This profile with candidate filter ``f`` (e.g. delay scheduling on any profile), in place
+        of a filter of the same kind it already has."""
+        return dataclasses.replace(self, filters=tuple(g for g in self.filters if type(g) is not type(f)) + (f,))
 
     def describe(self, opportunistic: bool = True) -> list[str]:
         """The report's ``scheduler.policies``: what this profile is made of (``opportunistic``:

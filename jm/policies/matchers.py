@@ -131,8 +131,9 @@ class FreeSlot(Matcher):
 
 
 class _FreeNow(dict):
-    """CPUs free per server as the view reports them, less what this host sent since
-    (looked up on first use)."""
+    """CPUs free per server as its last reading reported them, less what this host sent since
+    (looked up on first use). Not the free CPUs the reading projects by now: a task running past
+    its estimate would have the next one queue behind it, which a slot scheduler never does."""
 
     def __init__(self, view, now: float) -> None:
         super().__init__()
@@ -141,6 +142,6 @@ class _FreeNow(dict):
 
     def __missing__(self, s):
         view = self.view
-        f = float(view.free_cpu(np.array([s]), self.now)[0]) if view.alive[s] else 0.0
+        f = float(view.free_cpu_reported(np.array([s]))[0]) if view.alive[s] else 0.0
         self[s] = f
         return f

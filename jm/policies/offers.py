@@ -29,7 +29,7 @@ class SlotOffers(Matcher):
         alive = np.flatnonzero(view.alive)
         if len(alive) == 0:
             return None
-        free = view.free_cpu(alive, b.now)
+        free = view.free_cpu_reported(alive)
         offered = alive[free >= 1.0 - 1e-9]
         if len(offered) == 0:
             return None
@@ -42,7 +42,7 @@ class SlotOffers(Matcher):
         srv = np.full(B, UNMATCHED, dtype=np.int64)
         where = np.full(B, REMOTE)
         offered = b.cand[0]
-        free = b.view.free_cpu(offered, b.now)
+        free = b.view.free_cpu_reported(offered)
         cpu = np.broadcast_to(np.asarray(b.cpu, dtype=float), (B,))
         # a task's preference at a slot: its locality there, then its place in the batch
         key = np.where(b.valid, b.loc.astype(np.int64) * B + np.arange(B)[:, None], np.iinfo(np.int64).max)

@@ -1,0 +1,35 @@
+"""Helpers for the sharing benchmarks: who held how much of the cluster, when (from a
+simulated run's attempt records)."""
+from __future__ import annotations
+
+import numpy as np
+
+from apollo.report import A_CPU, A_END, A_JOB, A_OPP, A_OUTCOME, A_START
+from apollo.simulate import SimConfig, build
+
+
+def run(cfg: SimConfig, workload, until: float = float("inf")):
+    """Run a simulation; returns (recorder, runtime, client)."""
+    rt, rec, client, _ = build(cfg, workload)
+    rt.run(until=until)
+    return rec, rt, client
+
+
+def held(rec, jobs: set[int], times: np.ndarray) -> np.ndarray:
+    """CPUs that regular attempts of ``jobs`` held (started, not ended) at each of ``times``."""
+    rows = np.array([(r[A_START], r[A_END], r[A_CPU]) for r in rec.attempts
+                     if r[A_JOB] in jobs and r[A_START] >= 0 and not r[A_OPP]], dtype=float).reshape(-1, 3)
+    if len(rows) == 0:
+        return np.zeros(len(times))
+    on = (rows[:, 0][None, :] <= times[:, None]) & (times[:, None] < rows[:, 1][None, :])
+    return (on * rows[:, 2][None, :]).sum(axis=1)
+
+
+def first_time(times: np.ndarray, ok: np.ndarray) -> float:
+    """The first of ``times`` where ``ok`` holds (inf: never)."""
+    i = np.flatnonzero(ok)
+    return float(times[i[0]]) if len(i) else float("inf")
+
+
+def preempted(rec, jobs: set[int]) -> int:
+    return sum(1 for r in rec.attempts if r[A_JOB] in jobs and r[A_OUTCOME] == "preempted")
