@@ -22,7 +22,7 @@ class JmHost:
 
     def __init__(self, config: JmConfig) -> None:
         self.cfg = config
-        self.view = ViewCache(config.topology.servers, config.grid)
+        self.view = ViewCache(config.topology.servers, config.grid, config.topology.cores)
         self.jms: dict[int, JmState] = {}
         self.started = 0
         # Outcomes of finished jobs: if a restarted RM re-admits one (its JobDone was lost),

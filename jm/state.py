@@ -140,7 +140,7 @@ class Stage:
 class JmState:
     # (slots: ~2,300 JMs live at once at 20,000 servers, and a status report touches a dozen
     # of a JM's fields; in the object itself they share a few cache lines)
-    __slots__ = ("_bw", "_cpu_of", "_fail_rate", "_fail_seen", "_in_bytes", "_last_demand", "_now",
+    __slots__ = ("_bw", "_cpu_of", "_fail_rate", "_fail_seen", "_in_bytes", "_last_report", "_now",
                  "_opp_active", "_retry_pending", "_sched_armed", "_sent", "_stage_order", "_watch_at",
                  "cfg", "done", "failed_reason", "failures", "finished", "finished_at", "job_id", "locality",
                  "n", "outstanding_opp", "queued_seen", "reply_to", "server", "spec", "stage_of", "stages", "_prof",
@@ -210,7 +210,7 @@ class JmState:
         self._fail_rate: np.ndarray | None = None
         self._fail_seen: dict[int, int] = {}
         self._retry_pending = False
-        self._last_demand = -1
+        self._last_report = None                # (demand, CPUs held) as the RM last heard them
         self._prioritise()
 
     # ---- setup ---------------------------------------------------------------
@@ -270,31 +270,27 @@ class JmState:
         return out
 
     def _give_back(self, now: float, out: list) -> None:
-        """Kill regular attempts until this job holds no more than the RM's kill line (it took
-        tokens back and they did not free by themselves in time): the youngest first, those
-        still queued before any running one, since they lose the least work. The tasks go back
-        to the ready list; the attempts are recorded as preempted."""
-        excess = self.used_tokens - max(self._keep, self.tokens)
-        if excess <= 1e-9:
+        """The RM took tokens back and they did not all free by themselves in time: kill regular
+        attempts, the most recently sent (or started) first, as they lose the least work, until
+        the job holds no more than the RM's kill line. The tasks go back to the ready list;
+        the attempts are recorded as preempted."""
+        keep = max(self._keep, self.tokens)
+        if self.used_tokens - keep <= 1e-9:
             return
         st = self.state
         act = np.flatnonzero(((st == DISPATCHED) | (st == RUNNING)) & ~self.opp)
-        # youngest first: queued ones (by dispatch, newest first), then running (newest start first)
-        started = st[act] == RUNNING
-        age_key = np.where(started, self.start_t[act], self.dispatch_t[act] + 1e12)
-        for t in act[np.argsort(-age_key, kind="stable")].tolist():
-            if excess <= 1e-9:
+        age = np.maximum(self.dispatch_t[act], self.start_t[act])
+        for t in act[np.argsort(-age, kind="stable")].tolist():
+            if self.used_tokens - keep <= 1e-9:
                 break
-            cpu = self.stages[self.stage_of.item(t)].spec.cpu
             out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
             self._attempt_over(t, now, out, "requeue", "preempted", blame=False, outcome="preempted")
-            excess -= cpu
-        self._last_demand = -1      # tell the RM what it holds now
+        self._last_report = None    # tell the RM what it holds now
 
     def wants_view(self, now: float) -> bool:
         """Whether a new cluster view gives this JM anything to do (it has tasks waiting to be
         placed, a demand the RM has not heard, or queued tasks that may be overdue)."""
-        return self._has_ready() or self._demand() != self._last_demand or now >= self._watch_at
+        return self._has_ready() or self._report() != self._last_report or now >= self._watch_at
 
     def _deadlines(self, ids):
         """When a task reported queued counts as overdue (a move); ``ids``: a task or an array."""
@@ -346,11 +342,18 @@ class JmState:
         if now >= self._watch_at:
             self._check_active(now, out)
         self._schedule(now, rng, out)
-        demand = self._demand()
-        if demand != self._last_demand:
-            self._last_demand = demand
-            out.append(Send(self.cfg.rm, JobDemand(self.job_id, demand, int(round(self.used_tokens)))))
+        report = self._report()
+        if report != self._last_report:
+            self._last_report = report
+            out.append(Send(self.cfg.rm, JobDemand(self.job_id, *report)))
         return out
+
+    def _report(self) -> tuple[int, int]:
+        """What the RM's sharing plane hears of this job: (CPUs it could use, CPUs its regular
+        attempts hold, queued at a server or running: a PN reports a task that starts at once
+        only when it ends, so the JM cannot tell the two apart); a give-back is measured
+        against the second."""
+        return self._demand(), int(round(self.used_tokens))
 
     def _demand(self) -> int:
         """CPUs this job could use now: ready plus outstanding tasks."""

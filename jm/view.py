@@ -16,12 +16,14 @@ IDLE_CHECK_S = 0.01     # has_idle re-scans the lightly loaded servers at most t
 
 
 class ViewCache:
-    def __init__(self, servers: int, grid: ShapeGrid = GRID) -> None:
+    def __init__(self, servers: int, grid: ShapeGrid = GRID, cores: float = float("inf")) -> None:
         self.servers = servers
         self.cpu_grid = grid.cpu
         self.mem_grid = grid.mem
         self.shapes = shapes = grid.size
-        self.free_of_fits = np.array((0.0,) + tuple(grid.cpu))    # k shapes fit -> CPUs free
+        # k shapes fit -> CPUs free; never more than a server has (a server not heard from yet
+        # reads as all zeros, "everything fits", and a 2-core one must not look like 4 free)
+        self.free_of_fits = np.minimum(np.array((0.0,) + tuple(grid.cpu)), cores)
         self.matrices = np.zeros((servers, shapes), dtype=np.float32)
         self.stamps = np.full(servers, -np.inf)
         self.boot_times = np.zeros(servers)

@@ -29,6 +29,11 @@ from .store import StoredJobs
 # busy cluster every arrival would otherwise wait up to a whole tick (jobs arriving together
 # share one round).
 ADMIT_SOON_S = 0.05
+# A give-back that kills at once is not asked again of the same job until its JM and the
+# others have reported what the kill changed (two views): asked again on the figures of
+# before, it would kill the same shortfall twice.
+SETTLE_VIEWS = 2
+KEEP_ALL = 2 ** 31 - 1       # ReclaimTokens.keep that kills nothing (a give-back called off)
 
 
 # The single root queue used without a queue file: how its jobs share it, by the names the
@@ -72,6 +77,7 @@ class JobEntry:
     state: str = "running"           # running | done | failed | cancelled
     host: str = ""
     reclaim: tuple = ()              # the last give-back asked: (kill line, deadline)
+    settle_until: float = -1.0       # no kill asked of it before then (the last one's effect is unknown)
 
     def view(self) -> JobView:
         s = self.spec
@@ -331,14 +337,28 @@ class RmState:
                 self._slack.discard(job_id)
             out.append(Send(f"jm:{job_id}", TokenGrant(job_id, tokens)))
         self._grant_cap = total
+        owed = set()
         for r in alloc.reclaim:
             e = self.jobs[r.job_id]
+            owed.add(r.job_id)
             deadline = now + r.within_s
             if e.reclaim and e.reclaim[0] == r.tokens and abs(e.reclaim[1] - deadline) < 0.05:
                 continue            # already asked
+            if deadline <= now + 1e-9 and now < e.settle_until:
+                continue            # its last kill has not been heard of yet
             e.reclaim = (r.tokens, deadline)
+            # the JM kills at the deadline by itself: nothing more is asked of it at once until
+            # what that did has been heard
+            e.settle_until = max(deadline, now) + SETTLE_VIEWS * self.cfg.view_interval_s
             out.append(Send(f"jm:{r.job_id}", ReclaimTokens(r.job_id, e.tokens, r.tokens, r.within_s)))
             out.append(Log("reclaim", (r.job_id, now, e.queue, e.running - r.tokens, r.within_s)))
+        for e in self.jobs.values():
+            if e.reclaim and e.job_id not in owed and e.reclaim[1] > now:
+                # no longer owed (the shortfall was met as tasks ended): call the kill off
+                e.reclaim = ()
+                out.append(Send(f"jm:{e.job_id}", ReclaimTokens(e.job_id, e.tokens, KEEP_ALL, 0.0)))
+            elif e.reclaim and e.job_id not in owed:
+                e.reclaim = ()
         self.positions = alloc.positions
         self.shares = alloc.shares
         if alloc.next_run_s is not None:
