@@ -229,6 +229,9 @@ class PnState:
         self._matrix = None
         reports = {msg.job_id: [TaskReport(*key, int(a.state), a.started_at, now, -1, "killed")]}
         self._run_queues(now, rng, out, reports)
+        # A kill frees room others are waiting for (a preemption kills several at once): the
+        # report carries a reading planned now, not one planned a moment before the last kill.
+        self._reading(now)
         self._emit_reports(now, out, reports)
         return out
 
