@@ -57,6 +57,7 @@ class SimConfig:
     # submitted as one finishes (the HFS paper's microbenchmarks ran "50 jobs active at any time").
     # 0: open arrivals.
     concurrent_jobs: int = 0
+    check: bool = False              # every actor's validate() after every event (tests)
 
 
 class TaskTruth:
@@ -118,7 +119,8 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
     find_profile(cfg.scheduler)      # an unknown name: a clear error before anything is built
     topo = Topology(cfg.servers, cfg.racks, cfg.cores, cfg.mem_gb)
     rec = Recorder(attempts=AttemptLog())
-    rt = SimRuntime(seed=cfg.seed, net=cfg.net, wire=cfg.wire, task_model=TaskTruth(cfg, topo), log_sink=rec)
+    rt = SimRuntime(seed=cfg.seed, net=cfg.net, wire=cfg.wire, task_model=TaskTruth(cfg, topo), log_sink=rec,
+                    check=cfg.check)
     pncfg = PnConfig(cores=cfg.cores, mem_gb=cfg.mem_gb, heartbeat_s=cfg.heartbeat_s,
                      liveness_s=cfg.liveness_s, fresh_reports=cfg.fresh_reports)
     shapes = pncfg.grid.size

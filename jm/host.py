@@ -99,6 +99,10 @@ class JmHost:
             self.finished[job_id] = JobDone(job_id, not jm.failed_reason, jm.failed_reason, jm.finished_at,
                                             jm.done)
 
+    def validate(self) -> None:
+        for jm in self.jms.values():
+            jm.validate()
+
     @staticmethod
     def _wrap(job_id: int, effects: list) -> list:
         """Scope the JM's timer keys by job so that one host can carry many JMs."""

@@ -7,9 +7,11 @@ Two ways of sharing over the same queue tree (rm/queues.py):
   their fair share.
 - "capacity" (HADOOP-3445): each queue gets its guarantee while it has demand; idle guarantee
   is lent (up to a lending limit) in proportion to the borrowers' guarantees, never past a
-  queue's max; a lender that wants it back gets it within its reclaim timeout.
+  queue's max; a lender that wants it back gets it within its reclaim timeout. Inside a queue
+  with a user limit and a reclaim timeout, a user below its floor gets it back the same way
+  from the users holding more than their allocation.
 
-Pure: time comes only from ``Snapshot.now``; the only state is per-queue timers.
+Pure: time comes only from ``Snapshot.now``; the only state is per-queue and per-user timers.
 """
 from __future__ import annotations
 
@@ -193,6 +195,24 @@ def _by_order(order: str, share: float, d: np.ndarray, w: np.ndarray, rank: np.n
     return _fifo(share, d, rank) if order == "fifo" else water_fill(share, d, w)
 
 
+def _user_floors(q: QueueSpec, share: float, d: np.ndarray, rank: np.ndarray, users: np.ndarray):
+    """HADOOP-3445 user limits: every active user (one with demand) first gets max(limit,
+    1/users) of the queue's share (no more than it can use), users taken by their first job in
+    queue order, so when the floors cannot all be met the later users wait, as the later jobs
+    do. ``d`` >= 0. -> (the active users' codes, each one's floor, each active job's index into
+    them)."""
+    act = d > 0
+    codes, inv = np.unique(users[act], return_inverse=True)
+    if codes.size == 0:
+        return codes, np.zeros(0), inv
+    demand_u = np.bincount(inv, weights=d[act], minlength=len(codes))
+    first_u = np.full(len(codes), np.inf)
+    np.minimum.at(first_u, inv, rank[act])
+    share = min(max(0.0, share), float(d.sum()))
+    frac = max(q.user_limit, 1.0 / len(codes))
+    return codes, _fifo(share, np.minimum(frac * share, demand_u), first_u), inv
+
+
 def _split(q: QueueSpec, share: float, d: np.ndarray, w: np.ndarray, rank: np.ndarray,
            users: np.ndarray) -> np.ndarray:
     """split_in_queue over arrays; ``rank``: each job's place in queue order; ``users``: codes."""
@@ -202,17 +222,8 @@ def _split(q: QueueSpec, share: float, d: np.ndarray, w: np.ndarray, rank: np.nd
         return np.zeros(d.size)
     if q.user_limit <= 0:
         return _by_order(q.order, share, d, w, rank)
-    # HADOOP-3445 user limits: every active user first gets max(limit, 1/users) of the queue
-    # (no more than it can use), users taken by their first job in queue order, so when the
-    # floors cannot all be met the later users wait, as the later jobs do.
+    _, floor_u, inv = _user_floors(q, share, d, rank, users)
     act = d > 0
-    codes, inv = np.unique(users[act], return_inverse=True)
-    demand_u = np.bincount(inv, weights=d[act], minlength=len(codes))
-    first_u = np.full(len(codes), np.inf)
-    np.minimum.at(first_u, inv, rank[act])
-    frac = max(q.user_limit, 1.0 / len(codes))
-    floor_u = np.minimum(frac * share, demand_u)
-    floor_u = _fifo(share, floor_u, first_u)            # sequential: later users wait if need be
     a1 = np.zeros(d.size)
     idx_act = np.flatnonzero(act)
     o = np.lexsort((rank[idx_act], inv))                # by user, then queue order
@@ -307,7 +318,7 @@ class SharingPolicy:
         self._leaf_of: dict[str, int] = {}              # queue name a job gives -> leaf index
         self._index = {q.path: i for i, q in enumerate(self._leaves)}
         self._shares = SHARE_FUNCTIONS[tree.sharing]
-        self.last_deficit = 0.0                         # CPUs asked back in the last round
+        self.last_deficit = 0.0                         # CPUs asked back in the last round (queues' and users')
 
     def _leaf_index(self, name: str) -> int:
         i = self._leaf_of.get(name)
@@ -357,8 +368,12 @@ class SharingPolicy:
         lim = self.tree.resolve(snap.capacity)
         holding = np.bincount(leaf, weights=np.where(adm, running, 0.0), minlength=L).astype(float)
         asks, next_run, starving = self._starvation(snap.now, lim, leaf_demand, holding, shares)
+        asks = [(want, within, -1, -1) for want, within in asks]
+        u_asks, u_next, u_spare = self._user_asks(snap.now, leaf, users, list(ucodes), adm, d, x, running, rank, shares)
+        if u_next is not None:
+            next_run = u_next if next_run is None else min(next_run, u_next)
         over = self._over(lim, holding, shares)
-        reclaim = self._victims(asks, over, leaf, adm, running, grant, jobs, rank, ids)
+        reclaim = self._victims(asks + u_asks, over, u_spare, leaf, users, adm, running, grant, jobs, rank, ids)
 
         positions: dict[int, tuple[str, int]] = {}
         seen = [0] * L
@@ -435,39 +450,71 @@ class SharingPolicy:
         """Leaves that may give back, in the order to take from them, with how much each may."""
         raise NotImplementedError
 
+    def _user_asks(self, now, leaf, users, names, adm, d, x, running, rank, shares):
+        """-> (asks: (CPUs wanted back, within_s, leaf, user) per starving user, next_run_s,
+        leaf -> CPUs each user holds above its allocation, for leaves whose users reclaim)."""
+        return [], None, {}
+
     def _victim_key(self, jobs, rank, idx: np.ndarray):
         """The order to take from the jobs ``idx`` of one leaf (an argsort of idx)."""
         raise NotImplementedError
 
-    def _victims(self, asks, over, leaf, adm, running, grant, jobs, rank, ids) -> list[Reclaim]:
-        """Take what the starving leaves ask for (earliest deadline first) from the leaves
-        over their share, never below it, and from each job no more than it runs above its new
-        grant; kill lines round the kills down, so no more than asked is ever killed."""
-        self.last_deficit = sum(a for a, _ in asks)
-        if not asks or not over:
+    def _victims(self, asks, over, user_spare, leaf, users, adm, running, grant, jobs, rank, ids) -> list[Reclaim]:
+        """Take what is asked for, earliest deadline first: a starving leaf's ask (leaf -1) from
+        the leaves over their share, never below it; a starving user's from the users of its
+        own leaf over their allocation, the most over first. In a leaf in ``user_spare`` no
+        give-back takes a user below its allocation, and no job gives more than it runs above
+        its new grant. A job hit by several asks owes their sum by the earliest deadline, in one
+        Reclaim; kill lines round the kills down, so no more than asked is ever killed."""
+        self.last_deficit = sum(a[0] for a in asks)
+        if not asks:
             return []
         cut: dict[int, float] = {}
         when: dict[int, float] = {}
         spare = dict(over)
         job_room = np.where(adm, np.maximum(running - grant, 0.0), 0.0)
-        for want, within in sorted(asks, key=lambda a: a[1]):
-            for li, _ in over:
-                if want <= EPS:
-                    break
-                take = min(want, spare[li])
-                if take <= EPS:
-                    continue
+        order: dict[int, np.ndarray] = {}
+
+        def in_order(li):       # the leaf's jobs that may give back, in the order to take them
+            if li not in order:
                 m = np.flatnonzero((leaf == li) & (job_room > EPS))
-                for i in m[self._victim_key(jobs, rank, m)].tolist():
-                    c = min(take, job_room[i])
-                    job_room[i] -= c
-                    cut[i] = cut.get(i, 0.0) + c
-                    when[i] = min(when.get(i, within), within)
-                    take -= c
-                    want -= c
-                    spare[li] -= c
-                    if take <= EPS:
+                order[li] = m[self._victim_key(jobs, rank, m)]
+            return order[li]
+
+        def take(idx, want, within):
+            got = 0.0
+            for i in idx.tolist():
+                us = user_spare.get(int(leaf[i]))
+                u = int(users[i])
+                c = min(want - got, job_room[i], us[u] if us is not None else math.inf)
+                if c <= EPS:
+                    continue
+                job_room[i] -= c
+                if us is not None:
+                    us[u] -= c
+                cut[i] = cut.get(i, 0.0) + c
+                when[i] = min(when.get(i, within), within)
+                got += c
+                if want - got <= EPS:
+                    break
+            return got
+
+        for want, within, li, u in sorted(asks, key=lambda a: a[1]):
+            if li < 0:
+                for lo, _ in over:
+                    if want <= EPS:
                         break
+                    if spare[lo] > EPS:
+                        got = take(in_order(lo), min(want, spare[lo]), within)
+                        spare[lo] -= got
+                        want -= got
+                continue
+            us = user_spare[li]
+            for v in np.argsort(-us, kind="stable").tolist():
+                if want <= EPS or us[v] <= EPS:
+                    break
+                o = in_order(li)
+                want -= take(o[users[o] == v], want, within)
         out = []
         for i, c in cut.items():
             line = max(int(grant[i]), math.ceil(running[i] - c - 1e-9))
@@ -479,8 +526,10 @@ class SharingPolicy:
     def validate(self, snap: Snapshot, alloc: Allocation) -> None:
         """Assert the invariants of ``alloc`` (just returned by ``allocate(snap)``): tokens fit
         the cores and give every job with demand one; admission limits; shares sum up the tree,
-        stay within demand and max and meet guarantees; kills stay within the deficit and leave
-        every leaf at or above its share; every waiting job has a position."""
+        stay within demand and max and meet guarantees; kills stay within the deficits (queues'
+        and users') and leave every leaf at or above its share, less what its own users are
+        short of where users reclaim, and there no user below its allocation; every waiting job
+        has a position."""
         byid = {j.job_id: j for j in snap.jobs}
         total = math.floor(max(0.0, snap.capacity) + 1e-9)
         assert len(set(alloc.admit)) == len(alloc.admit)
@@ -521,18 +570,36 @@ class SharingPolicy:
             assert pos == list(range(1, len(pos) + 1))
         seen = set()
         kill = defaultdict(float)
+        user_kill = defaultdict(float)
         for r in alloc.reclaim:
             assert r.job_id not in seen and r.job_id in adm, "a job reclaimed twice or not running"
             seen.add(r.job_id)
             j = byid[r.job_id]
             assert alloc.tokens[r.job_id] <= r.tokens < j.running, "kill line outside [grant, running)"
             assert r.within_s >= 0
-            kill[self.tree.leaf(j.queue).path] += j.running - r.tokens
-        assert sum(kill.values()) <= self.last_deficit + 1e-6, "killed more than the deficit"
+            path = self.tree.leaf(j.queue).path
+            kill[path] += j.running - r.tokens
+            user_kill[path, j.user] += j.running - r.tokens
+        assert sum(kill.values()) <= self.last_deficit + 1e-6, "killed more than the deficits"
         for path, k in kill.items():
-            held = sum(byid[i].running for i in adm if self.tree.leaf(byid[i].queue).path == path)
+            mine = [byid[i] for i in adm if self.tree.leaf(byid[i].queue).path == path]
+            held = sum(j.running for j in mine)
             floor = max(alloc.shares[path], lim[path].guarantee if self.tree.sharing == "capacity" else 0.0)
-            assert held - k >= floor - 1e-6, f"{path}: preempted below its share"
+            q = self.tree.get(path)
+            if not (isinstance(self, CapacitySharing) and q.user_limit > 0 and q.reclaim_timeout_s is not None):
+                assert held - k >= floor - 1e-6, f"{path}: preempted below its share"
+                continue
+            # Users give back to users of the same leaf: the leaf goes below its share by no more
+            # than its users are short of their allocations, and no user below its allocation.
+            got = split_in_queue(q, alloc.shares[path], mine)
+            users = {j.user for j in mine}
+            alloc_u = {u: sum(got[j.job_id] for j in mine if j.user == u) for u in users}
+            held_u = {u: sum(j.running for j in mine if j.user == u) for u in users}
+            short = sum(max(0.0, alloc_u[u] - held_u[u]) for u in users)
+            assert k <= max(0.0, held - floor) + short + 1e-6, f"{path}: preempted below its share"
+            for u in users:
+                assert held_u[u] - user_kill[path, u] >= min(held_u[u], alloc_u[u]) - 1e-6, \
+                    f"{path}: user {u} preempted below its allocation"
         assert alloc.next_run_s is None or alloc.next_run_s > 0
 
 
@@ -594,6 +661,7 @@ class CapacitySharing(SharingPolicy):
     def __init__(self, tree: QueueTree) -> None:
         super().__init__(tree)
         self._since: dict[str, float] = {}               # leaf -> below its guarantee since
+        self._user_since: dict[tuple[str, str], float] = {}     # (leaf, user) -> below its floor since
 
     def _starvation(self, now, lim, leaf_demand, holding, shares):
         borrowed = [float(holding[i]) > lim[q.path].guarantee + EPS for i, q in enumerate(self._leaves)]
@@ -615,6 +683,38 @@ class CapacitySharing(SharingPolicy):
             if within > EPS:
                 next_run = within if next_run is None else min(next_run, within)
         return asks, next_run, starving
+
+    def _user_asks(self, now, leaf, users, names, adm, d, x, running, rank, shares):
+        # HADOOP-3445: "a user's limit can dynamically change depending on how many users have
+        # submitted jobs. This needs to be handled in a way similar to how we handle excess
+        # capacity between queues." A user's target is its floor as granted (so no kill is
+        # asked for capacity its tokens could not use); it is short only while another user of
+        # the leaf holds more than its allocation (as a leaf only while another borrows).
+        asks, next_run, spare, since = [], None, {}, {}
+        U = len(names)
+        for li, q in enumerate(self._leaves):
+            if q.user_limit <= 0 or q.reclaim_timeout_s is None:
+                continue
+            m = np.flatnonzero(adm & (leaf == li))
+            if m.size == 0:
+                continue
+            held = np.bincount(users[m], weights=running[m], minlength=U)
+            over = held - np.bincount(users[m], weights=x[m], minlength=U)
+            spare[li] = np.maximum(over, 0.0)
+            if not (over > EPS).any():
+                continue
+            codes, floor, _ = _user_floors(q, shares[q.path], d[m], rank[m], users[m])
+            for u, short in zip(codes.tolist(), (floor - held[codes]).tolist()):
+                if short <= EPS:
+                    continue
+                key = (q.path, names[u])
+                start = since[key] = self._user_since.get(key, now)
+                within = max(0.0, start + q.reclaim_timeout_s - now)
+                asks.append((short, within, li, u))
+                if within > EPS:
+                    next_run = within if next_run is None else min(next_run, within)
+        self._user_since = since                         # a user no longer short starts afresh
+        return asks, next_run, spare
 
     def _over(self, lim, holding, shares):
         # Only leaves running on borrowed capacity, never below their guarantee or share; the

@@ -115,6 +115,7 @@ class RmState:
         self._soon = False               # an admission round is due shortly
         self._policy_at = math.inf       # when the sharing policy asked to run again
         self._published = None           # the queue state last persisted
+        self._checked = None             # the last round's (snapshot, allocation), not yet validated
         self._started_at = 0.0
 
     @property
@@ -320,6 +321,7 @@ class RmState:
         cap = self.capacity or self.cfg.servers * self.cfg.server_cores
         snap = Snapshot(now, float(total), tuple(e.view() for e in self.jobs.values()))
         alloc = self.policy.allocate(snap)
+        self._checked = (snap, alloc)         # for validate(): the policy's invariants, once per round
         for job_id in alloc.admit:
             e = self.jobs[job_id]
             self._waiting_in[e.queue] -= 1
@@ -453,6 +455,9 @@ class RmState:
         return out
 
     def validate(self) -> None:
+        if self._checked is not None:
+            self.policy.validate(*self._checked)
+            self._checked = None
         assert self.matrices.shape == (self.cfg.servers, self.cfg.shapes)
         assert all(e.tokens >= 0 for e in self.jobs.values())
         adm = [e for e in self.jobs.values() if e.admitted]

@@ -383,6 +383,19 @@ def order_key(j):
     return (-j.priority, j.submitted_at, j.job_id)
 
 
+def user_floors(q, share, jobs):
+    """HADOOP-3445 user floors, derived afresh: active users by their first job in queue order,
+    each up to max(limit, 1/users) of the queue's allocation and its demand, while it lasts."""
+    active = sorted({j.user for j in jobs if j.demand > 0},
+                    key=lambda u: min(order_key(j) for j in jobs if j.user == u and j.demand > 0))
+    alloc = min(share, sum(j.demand for j in jobs))
+    out, left = {}, alloc
+    for u in active:
+        out[u] = min(max(q.user_limit, 1 / len(active)) * alloc, sum(j.demand for j in jobs if j.user == u), left)
+        left -= out[u]
+    return out
+
+
 @given(queue_jobs())
 def test_split_in_queue_properties(case):
     q, share, jobs = case
@@ -392,17 +405,8 @@ def test_split_in_queue_properties(case):
     assert abs(sum(got.values()) - min(share, sum(d.values()))) <= tol
     assert all(-tol <= got[i] <= d[i] + tol for i in got)
     if q.user_limit > 0:
-        active = sorted({j.user for j in jobs if j.demand > 0},
-                        key=lambda u: min(order_key(j) for j in jobs if j.user == u and j.demand > 0))
-        if not active:
-            return
-        frac = max(q.user_limit, 1 / len(active))
-        left = min(share, sum(d.values()))
-        for u in active:                                                # floors, in user order
-            want = min(frac * min(share, sum(d.values())), sum(d[j.job_id] for j in jobs if j.user == u))
-            floor = min(want, left)
+        for u, floor in user_floors(q, share, jobs).items():            # floors, in user order
             assert sum(got[j.job_id] for j in jobs if j.user == u) >= floor - tol
-            left -= floor
         return
     if q.order == "fifo":                                                # earlier jobs take all first
         short = False
@@ -490,7 +494,16 @@ def check_allocation(t, snap, a: Allocation, deficit_bound):
     for leaf, k in killed.items():                                       # never below its share
         held = sum(byid[i].running for i in adm if byid[i].queue == leaf)
         floor = a.shares[leaf] if t.sharing == "fair" else max(a.shares[leaf], lim[leaf].guarantee)
-        assert held - k >= floor - 1e-6
+        users = user_accounts(t, t.leaf(leaf), snap, a)
+        if users is None:
+            assert held - k >= floor - 1e-6
+            continue
+        # ...less what its own users are short of, and no user below its allocation
+        assert k <= max(0.0, held - floor) + sum(u["short"] for u in users.values()) + 1e-6
+        for name, u in users.items():
+            k_u = sum(byid[r.job_id].running - r.tokens for r in a.reclaim
+                      if byid[r.job_id].queue == leaf and byid[r.job_id].user == name)
+            assert u["held"] - k_u >= min(u["held"], u["alloc"]) - 1e-6
     waiting = [j for j in snap.jobs if j.job_id not in adm]
     assert set(a.positions) == {j.job_id for j in waiting}
     for q in t.leaves():
@@ -498,8 +511,29 @@ def check_allocation(t, snap, a: Allocation, deficit_bound):
         assert [a.positions[j.job_id] for j in mine] == [(q.path, k + 1) for k in range(len(mine))]
 
 
+def user_accounts(t, q, snap, a):
+    """For a capacity leaf whose users reclaim (else None): each user's holding, allocation
+    (split_in_queue of the leaf's share), and shortfall below its floor, which it may ask back
+    while another user holds more than its allocation."""
+    if t.sharing != "capacity" or q.user_limit <= 0 or q.reclaim_timeout_s is None:
+        return None
+    adm = {j.job_id for j in snap.jobs if j.admitted} | set(a.admit)
+    mine = [j for j in snap.jobs if j.job_id in adm and j.queue == q.path]
+    got = split_in_queue(q, a.shares[q.path], mine)
+    floors = user_floors(q, a.shares[q.path], mine)
+    out = {u: {"held": sum(j.running for j in mine if j.user == u),
+               "alloc": sum(got[j.job_id] for j in mine if j.user == u),
+               "room": sum(max(0.0, j.running - a.tokens[j.job_id]) for j in mine if j.user == u),
+               "jobs": sum(j.user == u for j in mine)} for u in {j.user for j in mine}}
+    lent = any(u["held"] > u["alloc"] + 1e-9 for u in out.values())
+    for name, u in out.items():
+        u["short"] = max(0.0, floors.get(name, 0.0) - u["held"]) if lent else 0.0
+    return out
+
+
 def deficit_bound(t, snap, a):
-    """The most any starving leaf may ask back: its target less what it holds."""
+    """The most the starving may ask back: each leaf's target less what it holds, and each
+    user's floor less what it holds where users reclaim."""
     lim = t.resolve(snap.capacity)
     adm = {j.job_id for j in snap.jobs if j.admitted} | set(a.admit)
     out = 0.0
@@ -510,6 +544,7 @@ def deficit_bound(t, snap, a):
         if t.sharing == "fair":
             target = max(target, min(a.shares[q.path], d))
         out += max(0.0, target - h)
+        out += sum(u["short"] for u in (user_accounts(t, q, snap, a) or {}).values())
     return out
 
 
@@ -633,6 +668,102 @@ def test_capacity_without_reclaim_timeout_only_cuts_tokens():
     assert a.starving["a"] == 0.0
     a = pol.allocate(Snapshot(50.0, 100, jobs))
     assert a.reclaim == [] and a.starving["a"] == pytest.approx(50)
+
+
+def user_leaf(**kw):
+    """A 60-core leaf with a user limit of half and a reclaim timeout of 10 s on 100 cores."""
+    return tree({"q": {"guarantee": 60, "max": 60, "user_limit": 0.5, "reclaim_timeout_s": 10, **kw}}, "capacity")
+
+
+def test_capacity_user_limit_is_reclaimed_like_lent_capacity():
+    pol = CapacitySharing(user_leaf())
+    ann = job(1, "q", "ann", demand=100, running=52, tokens=60)        # alone, ann took the whole leaf
+    bob = job(2, "q", "bob", demand=100, admitted=False, submitted=5)
+    s = Snapshot(0.0, 100, (ann, bob))
+    a = pol.allocate(s)
+    pol.validate(s, a)
+    # bob's floor is half the leaf: both are granted 30 at once; ann's 22 above its grant are
+    # asked back ahead, to be killed at the deadline only (nothing is killed before).
+    assert a.admit == [2] and a.tokens == {1: 30, 2: 30}
+    assert a.reclaim == [Reclaim(1, 30, 10.0)] and a.next_run_s == pytest.approx(10)
+    bob = job(2, "q", "bob", demand=100, running=0, submitted=5)
+    a = pol.allocate(Snapshot(6.0, 100, (ann, bob)))
+    assert a.tokens == {1: 30, 2: 30} and a.reclaim == [Reclaim(1, 30, 4.0)] and a.next_run_s == pytest.approx(4)
+    # At the deadline bob holds 15 of its 30: ann's job is owed no more than that (kill line 37).
+    s = Snapshot(10.0, 100, (ann, job(2, "q", "bob", demand=100, running=15, submitted=5)))
+    a = pol.allocate(s)
+    pol.validate(s, a)
+    assert a.reclaim == [Reclaim(1, 37, 0.0)] and a.next_run_s is None and pol.last_deficit == pytest.approx(15)
+    # ann's tasks ended by themselves in time: nothing owed, no timer.
+    s = Snapshot(10.0, 100, (job(1, "q", "ann", demand=100, running=30), bob))
+    a = pol.allocate(s)
+    assert a.reclaim == [] and a.next_run_s is None
+
+
+def test_capacity_user_give_back_from_the_user_most_over_first():
+    pol = CapacitySharing(user_leaf(user_limit=0.25))
+    jobs = (job(1, "q", "ann", demand=50, running=30), job(2, "q", "cy", demand=50, running=26),
+            job(3, "q", "bob", demand=50, running=8))
+    s = Snapshot(0.0, 100, jobs)
+    a = pol.allocate(s)
+    pol.validate(s, a)
+    # Three users: 20 each. bob is 12 short; ann is 10 over, cy 6: all of ann's 10, then 2 of cy's.
+    assert a.tokens == {1: 20, 2: 20, 3: 20}
+    assert a.reclaim == [Reclaim(1, 20, 10.0), Reclaim(2, 24, 10.0)]
+
+
+def test_queue_and_user_give_backs_on_one_job_merge():
+    t = tree({"a": {"guarantee": 50, "user_limit": 0.5, "reclaim_timeout_s": 10},
+              "b": {"guarantee": 50, "reclaim_timeout_s": 4}}, "capacity")
+    pol = CapacitySharing(t)
+    jobs = (job(1, "a", "ann", demand=100, running=90), job(2, "a", "bob", demand=100, running=0),
+            job(3, "b", "cy", demand=50, running=0))
+    s = Snapshot(0.0, 100, jobs)
+    a = pol.allocate(s)
+    pol.validate(s, a)
+    # b wants its 50 back within 4 s: a is 40 over its guarantee. bob wants his floor of 25
+    # within 10 s: ann is 65 over hers. ann's job owes both (40 + 25) by the earlier deadline.
+    assert a.tokens == {1: 25, 2: 25, 3: 50}
+    assert a.reclaim == [Reclaim(1, 25, 4.0)] and pol.last_deficit == pytest.approx(75)
+
+
+@st.composite
+def user_snapshots(draw):
+    """A leaf whose users reclaim, alone or beside a leaf that reclaims its lent guarantee."""
+    q = {"guarantee": "60%", "user_limit": draw(st.sampled_from([0.2, 0.5, 1.0])),
+         "reclaim_timeout_s": draw(st.sampled_from([0, 5])), "order": draw(st.sampled_from(["fifo", "fair"]))}
+    queues = {"a": q, "b": {"guarantee": "40%", "reclaim_timeout_s": 3}} if draw(st.booleans()) else {"a": q}
+    jobs = []
+    for i in range(draw(st.integers(1, 12))):
+        admitted = draw(st.integers(0, 4)) > 0
+        demand = float(draw(st.sampled_from([0, 2, 5, 12, 40])))
+        running = float(draw(st.integers(0, int(demand)))) if admitted else 0.0
+        jobs.append(JobView(i, draw(st.sampled_from(sorted(queues))), draw(st.sampled_from("xyz")), 1.0,
+                            draw(st.integers(0, 1)), float(draw(st.integers(0, 9))), demand, int(running), running,
+                            admitted))
+    return tree(queues, "capacity"), Snapshot(0.0, float(draw(st.sampled_from([8, 16, 40, 100]))), tuple(jobs))
+
+
+@given(user_snapshots())
+def test_user_give_backs_within_deficits_and_allocations(case):
+    t, snap = case
+    pol = CapacitySharing(t)
+    alone = len(t.leaves()) == 1
+    for now in (0.0, 10.0):                                              # timers start; then all due
+        s = Snapshot(now, snap.capacity, snap.jobs)
+        a = pol.allocate(s)
+        pol.validate(s, a)
+        check_allocation(t, s, a, deficit_bound(t, s, a))                # one Reclaim a job; users' floors
+        byid = {j.job_id: j for j in s.jobs}
+        users = user_accounts(t, t.leaf("a"), s, a)
+        killed = sum(byid[r.job_id].running - r.tokens for r in a.reclaim if byid[r.job_id].queue == "a")
+        short = sum(u["short"] for u in users.values())
+        if alone:                                                        # only users give back here
+            assert killed <= short + 1e-6
+            # ...all they can: what the users over their allocation run above their grants
+            over = [u for u in users.values() if u["held"] > u["alloc"]]
+            can = sum(min(u["held"] - u["alloc"], u["room"]) for u in over)
+            assert killed >= min(short, can) - sum(u["jobs"] for u in over) - 1e-6   # kill lines round down
 
 
 def test_three_pools_small_jobs_get_in_fast():

@@ -53,29 +53,42 @@ class _Node:
     entries point at the node itself, so delivering costs no lookup by address."""
     __slots__ = ("address", "actor", "handle", "epoch", "up", "timers", "batched", "windows", "store")
 
-    def __init__(self, address: str, actor: Any) -> None:
+    def __init__(self, address: str, actor: Any, check: bool = False) -> None:
         self.address = address
         self.store: Any = None            # its durable store (Persist effects)
         self.epoch = 0
         self.up = True
         self.timers: dict = {}            # key -> seq of the entry that fires it
         self.windows: dict = {}           # batch window -> [(arrival, seq, message, epoch)]
-        self.set_actor(actor)
+        self.set_actor(actor, check)
 
-    def set_actor(self, actor: Any) -> None:
+    def set_actor(self, actor: Any, check: bool = False) -> None:
         self.actor = actor
         # The class's function, called with the actor: a bound method per node would be one
         # more cold object to touch per event (~2.5% of a 20,000-server run).
         self.handle = type(actor).handle
+        if check and hasattr(actor, "validate"):
+            self.handle = _checked(self.handle)
         self.batched = tuple(getattr(actor, "batched", ()))
+
+
+def _checked(handle: Callable) -> Callable:
+    """``handle``, then the actor's ``validate()`` (its invariants) after every event."""
+    def checked(actor, event, now, rng):
+        out = handle(actor, event, now, rng)
+        actor.validate()
+        return out
+    return checked
 
 
 class SimRuntime:
     def __init__(self, seed: int = 0, net: NetModel | None = None, wire: bool = True,
                  task_model: Callable | None = None, log_sink: Callable | None = None,
-                 hugepages: bool | None = None) -> None:
+                 hugepages: bool | None = None, check: bool = False) -> None:
         """``hugepages``: move the heap onto huge pages while running (None: when the run has
-        at least HUGEPAGES_MIN_NODES nodes). It changes speed only, never results."""
+        at least HUGEPAGES_MIN_NODES nodes). It changes speed only, never results. ``check``:
+        call every actor's ``validate()`` after every event it handles (tests)."""
+        self.check = check
         self.now = 0.0
         self.hugepages = hugepages
         self.pager: HeapPager | None = None
@@ -114,9 +127,9 @@ class SimRuntime:
         persists anything (it outlives the actor's crashes, as a disk would)."""
         node = self.nodes.get(address)
         if node is None:
-            self.nodes[address] = node = _Node(address, actor)
+            self.nodes[address] = node = _Node(address, actor, self.check)
         else:
-            node.set_actor(actor)
+            node.set_actor(actor, self.check)
         if store is not None:
             node.store = store
         self._routed.clear()
@@ -159,7 +172,7 @@ class SimRuntime:
         node.up = True
         node.epoch += 1
         node.timers.clear()
-        node.set_actor(actor)
+        node.set_actor(actor, self.check)
         self._deliver_local(address, self._start_event(node))
 
     def inject(self, to: str, msg: Any, delay: float = 0.0) -> None:

@@ -27,13 +27,11 @@ class DelayState:
 def allowed_level(state: DelayState, now: float, w1: float, w2: float) -> int:
     """The worst locality the job may take now."""
     waited = 0.0 if state.since is None else now - state.since
-    lvl = state.level
-    if lvl == NODE and waited >= w1:
-        lvl = RACK
-        waited -= w1
-    if lvl == RACK and waited >= w2:
-        lvl = REMOTE
-    return lvl
+    if state.level == NODE:
+        return REMOTE if waited >= w1 + w2 else (RACK if waited >= w1 else NODE)
+    if state.level == RACK:
+        return REMOTE if waited >= w2 else RACK
+    return REMOTE
 
 
 class DelayScheduling:
