@@ -19,14 +19,19 @@ from pathlib import Path
 
 from apollo.simulate import SimConfig, run_simulation
 from apollo.workloads import load_workload
+from apollo.workloads.assign import assign
+from rm.queues import load_queue_file
 
 DEFAULT_SERVERS = (100, 1000, 5000, 20000)
 SERVERS_PER_RACK = 40
 
 
-def run_one(servers: int, seconds: float, seed: int = 1) -> dict:
+def run_one(servers: int, seconds: float, seed: int = 1, queues: str | None = None, assign_rule: str = "size") -> dict:
     workload = load_workload(f"scale:servers={servers},seconds={seconds}", seed=seed)
-    cfg = SimConfig(servers=servers, racks=max(1, servers // SERVERS_PER_RACK), seed=seed, wire=False)
+    tree = load_queue_file(queues) if queues else None
+    if tree is not None:
+        assign(workload, [q.path for q in tree.leaves()], assign_rule, seed=seed)
+    cfg = SimConfig(servers=servers, racks=max(1, servers // SERVERS_PER_RACK), seed=seed, wire=False, queues=tree)
     t0 = time.perf_counter()
     report = run_simulation(workload, cfg)
     total_wall = time.perf_counter() - t0
@@ -44,19 +49,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--servers", default=",".join(map(str, DEFAULT_SERVERS)), help="comma-separated sizes")
     p.add_argument("--seconds", type=float, default=60.0, help="simulated seconds of arrivals")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--queues", metavar="FILE", help="run inside this queue file's sharing plane")
+    p.add_argument("--assign", default="size", help="how jobs spread over the queues (apollo simulate --assign)")
     p.add_argument("--json", help="write the results here")
     a = p.parse_args(argv)
     sizes = [int(x) for x in a.servers.split(",") if x]
     rows = []
     print(f"{'servers':>8} {'tasks':>9} {'sim s':>7} {'wall s':>8} {'decisions/wall s':>17} {'wall us/task':>13} {'node loc':>9}")
     for n in sizes:
-        r = run_one(n, a.seconds, a.seed)
+        r = run_one(n, a.seconds, a.seed, a.queues, a.assign)
         rows.append(r)
         print(f"{n:>8} {r['tasks']:>9} {r['sim_time_s']:>7.1f} {r['wall_s']:>8.1f} {r['decisions_per_wall_s']:>17.0f} "
               f"{r['wall_s_per_task'] * 1e6:>13.1f} {r['locality_node']:>9.1%}", flush=True)
         if r["jobs_completed"] != r["jobs"]:
             print(f"  warning: only {r['jobs_completed']} of {r['jobs']} jobs completed", file=sys.stderr)
-    out = {"servers": sizes, "decisions_per_wall_s": [r["decisions_per_wall_s"] for r in rows],
+    out = {"servers": sizes, "queues": a.queues, "decisions_per_wall_s": [r["decisions_per_wall_s"] for r in rows],
            "wall_s_per_task": [r["wall_s_per_task"] for r in rows], "seconds": a.seconds, "runs": rows}
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2) + "\n")

@@ -543,6 +543,12 @@ class JmState:
             if room <= 0:
                 break
             want = room * cfg.lookahead if gate.lookahead else room
+            bound = prof.matcher.batch_bound(self.view, self._least_ready_cpu())
+            if bound is not None:
+                if bound <= 0:
+                    blocked = True      # a slot scheduler on a full cluster: no batch to build
+                    break
+                want = min(want, bound * cfg.lookahead if gate.lookahead else bound)
             batch = self._pop_ready(min(want, cap))
             if not batch:
                 break
@@ -613,6 +619,9 @@ class JmState:
             self.used_tokens += cpu
             out.append(Send(f"pn:{int(self.server[t])}", UpgradeTask(self.job_id, t, int(self.attempt[t]))))
             out.append(Log("upgraded", (self.job_id, t)))
+
+    def _least_ready_cpu(self) -> float:
+        return min((st.spec.cpu for st in self.stages if st.ready), default=0.0)
 
     def _has_ready(self) -> bool:
         for st in self.stages:

@@ -39,6 +39,22 @@ class ViewCache:
         self.sent_at = np.full(servers, -np.inf)
         self._idle = False                           # has_idle's last finding, and when
         self._idle_checked_at = -np.inf
+        self.version = 0                             # bumped by every change below (caches key on it)
+        self._free, self._free_at, self._slots = None, -1, {}
+
+    def free_slots_reported(self, cpu: float) -> int:
+        """How many tasks of ``cpu`` CPUs the live servers could start now as reported (less
+        this host's sends): a slot scheduler need not build a larger batch. The free CPUs per
+        server are recomputed only after the view changed."""
+        if self._free_at != self.version:
+            every = np.arange(self.servers)
+            self._free = np.where(self.alive, self.free_cpu_reported(every), 0.0)
+            self._free_at = self.version
+            self._slots = {}
+        n = self._slots.get(cpu)
+        if n is None:
+            n = self._slots[cpu] = int(np.floor(self._free / cpu + 1e-9).sum()) if cpu > 0 else 0
+        return n
 
     def record_dispatches(self, servers: np.ndarray, wait_s: np.ndarray, cpu: np.ndarray, now: float) -> None:
         """Note tasks sent now: ``wait_s`` expected busy seconds per core, ``cpu`` CPUs, per task."""
@@ -46,6 +62,7 @@ class ViewCache:
         if fresh.any():
             self.sent_wait[servers[fresh]] = 0.0
             self.sent_cpu[servers[fresh]] = 0.0
+        self.version += 1
         np.add.at(self.sent_wait, servers, wait_s)
         np.add.at(self.sent_cpu, servers, cpu)
         self.sent_at[servers] = now
@@ -115,9 +132,11 @@ class ViewCache:
         if len(v.lightly_loaded):
             self.lightly_loaded = v.lightly_loaded
         self.time = v.time
+        self.version += 1
         self._idle_checked_at = -np.inf              # a new view: look again
 
     def apply_row(self, server: int, matrix: np.ndarray, time: float) -> None:
         if time > self.stamps.item(server):
             self.matrices[server] = matrix
             self.stamps[server] = time
+            self.version += 1

@@ -472,26 +472,28 @@ class SharingPolicy:
         cut: dict[int, float] = {}
         when: dict[int, float] = {}
         spare = dict(over)
-        job_room = np.where(adm, np.maximum(running - grant, 0.0), 0.0)
-        order: dict[int, np.ndarray] = {}
+        room = np.where(adm, np.maximum(running - grant, 0.0), 0.0).tolist()
+        leaf_l, user_l = leaf.tolist(), users.tolist()
+        order: dict[int, list[int]] = {}
+        givers: dict[int, list[list[int]]] = {}
 
         def in_order(li):       # the leaf's jobs that may give back, in the order to take them
             if li not in order:
-                m = np.flatnonzero((leaf == li) & (job_room > EPS))
-                order[li] = m[self._victim_key(jobs, rank, m)]
+                m = np.flatnonzero(leaf == li)
+                m = m[np.asarray(room)[m] > EPS]
+                order[li] = m[self._victim_key(jobs, rank, m)].tolist()
             return order[li]
 
         def take(idx, want, within):
             got = 0.0
-            for i in idx.tolist():
-                us = user_spare.get(int(leaf[i]))
-                u = int(users[i])
-                c = min(want - got, job_room[i], us[u] if us is not None else math.inf)
+            for i in idx:
+                us = user_spare.get(leaf_l[i])
+                c = min(want - got, room[i], us[user_l[i]] if us is not None else math.inf)
                 if c <= EPS:
                     continue
-                job_room[i] -= c
+                room[i] -= c
                 if us is not None:
-                    us[u] -= c
+                    us[user_l[i]] -= c
                 cut[i] = cut.get(i, 0.0) + c
                 when[i] = min(when.get(i, within), within)
                 got += c
@@ -499,7 +501,7 @@ class SharingPolicy:
                     break
             return got
 
-        for want, within, li, u in sorted(asks, key=lambda a: a[1]):
+        for want, within, li, _ in sorted(asks, key=lambda a: a[1]):
             if li < 0:
                 for lo, _ in over:
                     if want <= EPS:
@@ -509,12 +511,17 @@ class SharingPolicy:
                         spare[lo] -= got
                         want -= got
                 continue
-            us = user_spare[li]
-            for v in np.argsort(-us, kind="stable").tolist():
-                if want <= EPS or us[v] <= EPS:
-                    break
-                o = in_order(li)
-                want -= take(o[users[o] == v], want, within)
+            if li not in givers:    # the leaf's users over their allocation, the most over first
+                us, mine = user_spare[li], defaultdict(list)
+                for i in in_order(li):
+                    mine[user_l[i]].append(i)
+                givers[li] = [mine[v] for v in sorted(mine, key=lambda v: -us[v]) if us[v] > EPS]
+            g = givers[li]
+            while g and want > EPS:
+                got = take(g[0], want, within)
+                want -= got
+                if want > EPS:
+                    g.pop(0)        # it gave all it could
         out = []
         for i, c in cut.items():
             line = max(int(grant[i]), math.ceil(running[i] - c - 1e-9))

@@ -270,10 +270,15 @@ class RmState:
             return out + self._admit(e, int(min(e.demand, free)) if e.demand > 0 else 0, now)
         self._waiting_in[leaf] = self._waiting_in.get(leaf, 0) + 1
         self.positions[e.job_id] = (leaf, self._waiting_in[leaf])
-        if not self._soon:
-            self._soon = True
-            out.append(SetTimer(ADMIT_SOON_S, "soon"))
+        if ok:          # only tokens are short: a round soon re-divides them (limits wait for a job to end)
+            out += self._soon_round()
         return out
+
+    def _soon_round(self) -> list:
+        if self._soon:
+            return []
+        self._soon = True
+        return [SetTimer(ADMIT_SOON_S, "soon")]
 
     def _admitted_count(self) -> int:
         return sum(self._admitted_in.values())
@@ -421,7 +426,10 @@ class RmState:
             return []
         e.state = msg.state
         self._forget(e)
-        return [Persist("finish", (msg.job_id, e.state, msg.reason, now)), Send(e.reply_to, msg)]
+        out = [Persist("finish", (msg.job_id, e.state, msg.reason, now)), Send(e.reply_to, msg)]
+        if e.admitted and self.positions:
+            out += self._soon_round()       # its place may go to a waiting job
+        return out
 
     def _on_cancel(self, msg: CancelJob, now: float) -> list:
         e = self.jobs.get(msg.job_id)

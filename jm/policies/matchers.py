@@ -38,6 +38,11 @@ class Matcher:
     single = False           # a batch of one task may take jm.single's float path (its answer: the cheapest)
     one_per_slot = False     # at most one task per server slot per batch (larger batches are wasted)
 
+    def batch_bound(self, view, cpu: float) -> int | None:
+        """At most how many tasks of ``cpu`` CPUs a batch could place now (a cheap bound taken
+        before the batch is built); None: no bound."""
+        return None
+
     def candidates(self, b: Batch, rng):
         """(cand int64[B, K], valid bool[B, K]), or None when there is nowhere to go."""
         return candidate_rows(b.reps, b.topology, b.view.lightly_loaded, rng, per_rack=b.cfg.per_rack)
@@ -97,51 +102,47 @@ class FreeSlot(Matcher):
     name = "free-slot"
     needs_costs = False
 
+    def batch_bound(self, view, cpu: float) -> int | None:
+        return view.free_slots_reported(cpu)     # a task goes only to a slot free now
+
     def match(self, b: Batch):
-        view, now = b.view, b.now
-        cand, valid, loc, cpu = b.cand, b.valid, b.loc, b.cpu
-        free = _FreeNow(view, now)
-        B = len(cand)
+        view = b.view
+        B = len(b.cand)
         srv = np.full(B, UNMATCHED, dtype=np.int64)
+        where = np.full(B, REMOTE)
         light = view.lightly_loaded
-        any_ok = np.ones(B, dtype=bool) if b.max_loc is None else np.broadcast_to(b.max_loc >= REMOTE, (B,))
-        for i in range(B):
+        # What each server that could come up has free, in one pass over the view: as reported,
+        # less this host's sends since (a task running past its estimate must not have the next
+        # one queue behind it, which a slot scheduler never does); dead servers have nothing.
+        servers = np.unique(np.concatenate((b.cand[b.valid], light)))
+        got = np.where(view.alive[servers], view.free_cpu_reported(servers), 0.0)
+        cpu = np.broadcast_to(np.asarray(b.cpu, dtype=float), (B,)).tolist()
+        if len(got) == 0 or got.max() < min(cpu) - 1e-9:
+            return srv, np.zeros(B), where             # nothing free anywhere (a full cluster)
+        free = dict(zip(servers.tolist(), got.tolist()))
+        any_ok = [True] * B if b.max_loc is None else np.broadcast_to(b.max_loc >= REMOTE, (B,)).tolist()
+        light_l = light.tolist()
+        for i, (row, ok, lrow) in enumerate(zip(b.cand.tolist(), b.valid.tolist(), b.loc.tolist())):
+            need = cpu[i]
             choice = -1
             for level in (0, 1, 2):
-                for k in np.flatnonzero(valid[i] & (loc[i] == level)):
-                    s = int(cand[i, k])
-                    if free[s] >= cpu[i]:
+                for s, v, l in zip(row, ok, lrow):
+                    if v and l == level and free[s] >= need:
                         choice = s
                         break
                 if choice >= 0:
                     break
             if choice < 0 and any_ok[i]:
-                for s in light.tolist():
-                    if free[s] >= cpu[i]:
+                for s in light_l:
+                    if free[s] >= need:
                         choice = s
                         break
             if choice >= 0:
                 srv[i] = choice
-                free[choice] = free[choice] - cpu[i]
-        where = np.full(B, REMOTE)
+                free[choice] -= need
         ok = srv != UNMATCHED
         if ok.any():
             where[ok] = est.localities(srv[ok, None], b.reps[ok], b.topology.rack_of)[:, 0]
         return srv, np.zeros(B), where
 
 
-class _FreeNow(dict):
-    """CPUs free per server as its last reading reported them, less what this host sent since
-    (looked up on first use). Not the free CPUs the reading projects by now: a task running past
-    its estimate would have the next one queue behind it, which a slot scheduler never does."""
-
-    def __init__(self, view, now: float) -> None:
-        super().__init__()
-        self.view = view
-        self.now = now
-
-    def __missing__(self, s):
-        view = self.view
-        f = float(view.free_cpu_reported(np.array([s]))[0]) if view.alive[s] else 0.0
-        self[s] = f
-        return f

@@ -24,6 +24,9 @@ class SlotOffers(Matcher):
     name = "slot-offers"
     needs_costs = False
 
+    def batch_bound(self, view, cpu: float) -> int | None:
+        return view.free_slots_reported(cpu)     # a task goes only to a slot free now
+
     def candidates(self, b: Batch, rng):
         view = b.view
         alive = np.flatnonzero(view.alive)
