@@ -19,7 +19,6 @@ JSON: {"reclaim_timeout_s", "guarantee_back_after_s", "tasks_killed", "tasks_kil
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -31,7 +30,7 @@ from apollo.simulate import SimConfig
 from apollo.spec import JobSpec, StageSpec, Workload
 from rm.queues import load_queue_file
 
-from .timeline import first_time, held, preempted, run
+from .common import axes, first_time, held, preempted, run, save_plot, write_json
 
 QUEUES = Path(__file__).resolve().parent.parent / "examples" / "queues" / "capacity-70-30.toml"
 ARRIVE_S = 60.0
@@ -95,14 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"queue b ({guarantee:g} cores guaranteed, reclaim timeout {timeout:g} s) held its guarantee "
           f"{back:.1f} s after its jobs arrived; {killed} of queue a's tasks killed (minimum {minimum}); "
           f"user limit {user_floor:.0%} held: {user_ok}")
-    if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=2) + "\n")
-        print(f"results: {a.json}")
+    write_json(out, a.json)
     if a.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(6.5, 4))
+        fig, ax = axes()
         s = out["series"]
         ax.plot(s["t"], s["b"], label="queue b")
         ax.plot(s["t"], s["alice"], label="b: user alice", linestyle="--")
@@ -113,9 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         ax.set_ylabel("cores held")
         ax.set_title("Capacity queues 70/30: b reclaims its guarantee")
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(a.plot, dpi=110)
-        print(f"plot: {a.plot}")
+        save_plot(fig, a.plot)
     return 0
 
 

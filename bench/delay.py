@@ -19,14 +19,14 @@ JSON: {"wait_s", "node_locality" (mean of the two job sizes), "node_locality_by_
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 import numpy as np
 
 from apollo.simulate import SimConfig, run_simulation
 from apollo.spec import JobSpec, StageSpec, Workload
+
+from .common import axes, save_plot, write_json
 
 BLOCK = 128 * 2 ** 20
 WAITS = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0)
@@ -80,20 +80,14 @@ def main(argv: list[str] | None = None) -> int:
            "paper": {"fig15": {"4": {"0": 0.05, "1": 0.68, "5": 1.0}, "12": {"0": 0.11, "1": 0.80, "5": 1.0}},
                      "table4": {"without_delay": [0.02, 0.37], "with_delay": [0.75, 0.99]}},
            "setup": {k: getattr(a, k) for k in ("servers", "cores", "jobs", "active", "task_s", "seed")}}
-    if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=2) + "\n")
-        print(f"results: {a.json}")
+    write_json(out, a.json)
     if a.plot:
         plot(out, a.plot)
-        print(f"plot: {a.plot}")
     return 0
 
 
 def plot(r: dict, png: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax, bx) = axes((10, 4), ncols=2)
     for k, v in r["node_locality_by_maps"].items():
         ax.plot(r["wait_s"], [x * 100 for x in v], marker="o", label=f"{k}-map jobs")
     ax.set_xlabel("node locality wait W1 (s)")
@@ -110,8 +104,7 @@ def plot(r: dict, png: str) -> None:
     bx.set_title("Small jobs (HFS Table 4)")
     bx.set_ylim(0, 125)
     bx.legend(loc="upper center", ncol=2, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    save_plot(fig, png)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,7 @@ JSON: {"task_s", "tfair_s", "to_fair_share_s": {"preemption", "no_preemption"},
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -26,7 +24,7 @@ from apollo.simulate import SimConfig
 from apollo.spec import JobSpec, StageSpec, Workload
 from rm.queues import QueueTree
 
-from .timeline import first_time, held, preempted, run
+from .common import axes, first_time, held, preempted, run, save_plot, write_json
 
 ARRIVE_S = 57.0
 
@@ -81,14 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pool 2 holds its fair share {out['to_fair_share_s']['preemption']:.1f} s after arriving with preemption "
           f"(Tfair {a.tfair:g} s, {with_['tasks_killed']} tasks killed), "
           f"{out['to_fair_share_s']['no_preemption']:.1f} s without; tasks of ~{a.task_s:g} s (paper: 17 s)")
-    if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=2) + "\n")
-        print(f"results: {a.json}")
+    write_json(out, a.json)
     if a.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(6.5, 4))
+        fig, ax = axes()
         s = out["series"]
         ax.plot(s["t"], [x * 100 for x in s["preemption"]], label=f"with preemption (Tfair {a.tfair:g} s)")
         ax.plot(s["t"], [x * 100 for x in s["no_preemption"]], label="without")
@@ -97,9 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         ax.set_ylabel("pool 2's share of the cluster (%)")
         ax.set_title(f"A pool reaching its fair share (tasks ~{a.task_s:g} s)")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(a.plot, dpi=110)
-        print(f"plot: {a.plot}")
+        save_plot(fig, a.plot)
     return 0
 
 

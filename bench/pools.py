@@ -15,7 +15,6 @@ one order, plus each run's report under "reports" (without the per-attempt detai
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -23,6 +22,8 @@ from apollo.simulate import SimConfig, run_simulation
 from apollo.workloads import load_workload
 from apollo.workloads.assign import assign
 from rm.queues import load_queue_file
+
+from .common import write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT.parent / "shared" / "traces" / "FB-2009_samples_24_times_1hr_0.tsv"
@@ -71,9 +72,7 @@ def main(argv: list[str] | None = None) -> int:
            "per_pool": {n: r["queues"] for n, r in rows},
            "setup": {k: getattr(a, k) for k in ("trace", "queues", "assign", "jobs", "servers", "racks", "load", "seed")},
            "reports": {n: r for n, r in rows}}
-    if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=2) + "\n")
-        print(f"results: {a.json}")
+    write_json(out, a.json)
     return 0
 
 

@@ -697,7 +697,7 @@ def test_capacity_user_limit_is_reclaimed_like_lent_capacity():
     # ann's tasks ended by themselves in time: nothing owed, no timer.
     s = Snapshot(10.0, 100, (job(1, "q", "ann", demand=100, running=30), bob))
     a = pol.allocate(s)
-    assert a.reclaim == [] and a.next_run_s is None
+    assert a.reclaim == [] and a.next_run_s is None and pol.last_deficit == 0
 
 
 def test_capacity_user_give_back_from_the_user_most_over_first():

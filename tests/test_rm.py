@@ -170,7 +170,7 @@ def test_a_hundred_jobs_on_sixteen_cores_hold_sixteen_tokens_at_most():
         r.handle(hb(s, 0.1), 0.1, Rng())
     t = 1.0
     for i in range(100):
-        out = r.handle(SubmitJob(-1, one_task_job(f"j{i}", tasks=3), "c"), t, Rng())
+        r.handle(SubmitJob(-1, one_task_job(f"j{i}", tasks=3), "c"), t, Rng())
         r.validate()
         assert sum(e.tokens for e in r.jobs.values()) <= 16
         t += 0.005

@@ -1,6 +1,9 @@
-"""Helpers for the sharing benchmarks: who held how much of the cluster, when (from a
-simulated run's attempt records)."""
+"""Helpers of the benchmarks: who held how much of the cluster, when (from a simulated run's
+attempt records), and writing their JSON and plots."""
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 
@@ -33,3 +36,23 @@ def first_time(times: np.ndarray, ok: np.ndarray) -> float:
 
 def preempted(rec, jobs: set[int]) -> int:
     return sum(1 for r in rec.attempts if r[A_JOB] in jobs and r[A_OUTCOME] == "preempted")
+
+
+def write_json(out: dict, path: str | None) -> None:
+    if path:
+        Path(path).write_text(json.dumps(out, indent=2) + "\n")
+        print(f"results: {path}")
+
+
+def axes(figsize=(6.5, 4), ncols: int = 1):
+    """(figure, axes) of a new matplotlib figure drawn off-screen."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt.subplots(1, ncols, figsize=figsize)
+
+
+def save_plot(fig, path: str) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
