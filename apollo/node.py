@@ -27,7 +27,8 @@ from rm.queues import load_queue_file
 from rm.state import RmConfig, RmState, single_queue
 from rm.store import SqliteJobStore
 
-RECORDED = {"attempt", "job_done", "job_submitted", "job_refused", "decisions", "preempted", "upgraded", "warn"}
+RECORDED = {"attempt", "job_done", "job_submitted", "job_refused", "decisions", "preempted", "upgraded", "warn",
+            "job_admitted", "allocation"}     # the report's per-queue figures read the last two
 
 
 class EventFile:

@@ -486,4 +486,8 @@ def test_simulate_and_replay_complete_the_same_tasks(cluster):
     assert sim_report["jobs"]["failed"] == live_report["jobs"]["failed"] == 0
     assert sim_report["tasks"]["completed"] == live_report["tasks"]["completed"] == sum(expected.values())
     assert sim_report["mode"] == "sim" and live_report["mode"] == "live"
+    # the per-queue figures come from the same records in both runtimes
+    assert set(sim_report["queues"]) == set(live_report["queues"]) == {"root"}
+    assert sim_report["queues"]["root"]["jobs"] == live_report["queues"]["root"]["jobs"] == len(names)
+    assert live_report["queues"]["root"]["fair_share_mean"] > 0
     assert_all_alive(folder)
