@@ -450,6 +450,10 @@ class SharingPolicy:
         """Leaves that may give back, in the order to take from them, with how much each may."""
         raise NotImplementedError
 
+    def _users_reclaim(self, q: QueueSpec) -> bool:
+        """Whether users of leaf ``q`` get their floor back by give-backs (and keep their allocation)."""
+        return False
+
     def _user_asks(self, now, leaf, users, names, adm, d, x, running, rank, shares):
         """-> (asks: (CPUs wanted back, within_s, leaf, user) per starving user, next_run_s,
         leaf -> CPUs each user holds above its allocation, for leaves whose users reclaim)."""
@@ -593,18 +597,19 @@ class SharingPolicy:
             held = sum(j.running for j in mine)
             floor = max(alloc.shares[path], lim[path].guarantee if self.tree.sharing == "capacity" else 0.0)
             q = self.tree.get(path)
-            if not (isinstance(self, CapacitySharing) and q.user_limit > 0 and q.reclaim_timeout_s is not None):
+            if not self._users_reclaim(q):
                 assert held - k >= floor - 1e-6, f"{path}: preempted below its share"
                 continue
             # Users give back to users of the same leaf: the leaf goes below its share by no more
             # than its users are short of their allocations, and no user below its allocation.
             got = split_in_queue(q, alloc.shares[path], mine)
-            users = {j.user for j in mine}
-            alloc_u = {u: sum(got[j.job_id] for j in mine if j.user == u) for u in users}
-            held_u = {u: sum(j.running for j in mine if j.user == u) for u in users}
-            short = sum(max(0.0, alloc_u[u] - held_u[u]) for u in users)
+            alloc_u, held_u = defaultdict(float), defaultdict(float)
+            for j in mine:
+                alloc_u[j.user] += got[j.job_id]
+                held_u[j.user] += j.running
+            short = sum(max(0.0, alloc_u[u] - held_u[u]) for u in held_u)
             assert k <= max(0.0, held - floor) + short + 1e-6, f"{path}: preempted below its share"
-            for u in users:
+            for u in held_u:
                 assert held_u[u] - user_kill[path, u] >= min(held_u[u], alloc_u[u]) - 1e-6, \
                     f"{path}: user {u} preempted below its allocation"
         assert alloc.next_run_s is None or alloc.next_run_s > 0
@@ -691,6 +696,9 @@ class CapacitySharing(SharingPolicy):
                 next_run = within if next_run is None else min(next_run, within)
         return asks, next_run, starving
 
+    def _users_reclaim(self, q):
+        return q.user_limit > 0 and q.reclaim_timeout_s is not None
+
     def _user_asks(self, now, leaf, users, names, adm, d, x, running, rank, shares):
         # HADOOP-3445: "a user's limit can dynamically change depending on how many users have
         # submitted jobs. This needs to be handled in a way similar to how we handle excess
@@ -700,7 +708,7 @@ class CapacitySharing(SharingPolicy):
         asks, next_run, spare, since = [], None, {}, {}
         U = len(names)
         for li, q in enumerate(self._leaves):
-            if q.user_limit <= 0 or q.reclaim_timeout_s is None:
+            if not self._users_reclaim(q):
                 continue
             m = np.flatnonzero(adm & (leaf == li))
             if m.size == 0:
