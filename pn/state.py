@@ -23,6 +23,7 @@ from apollo.shapes import GRID, ShapeGrid
 from .queue import Profile, release_waits
 
 NEVER_S = 1e9  # a wait that cannot happen (the shape exceeds the server); finite for the wire
+ABOUT_NOW_S = 1e-3   # the wait of a shape whose room should have freed by now but has not
 
 
 @dataclass(slots=True)
@@ -455,7 +456,17 @@ class PnState:
             if avail is None:
                 t0 = self._planned_at
                 self._avail = avail = [w + t0 for w in self._waits]   # when each shape could start
-            self._matrix = [a - now if a > now else 0.0 for a in avail]
+            m = [a - now if a > now else 0.0 for a in avail]
+            if 0.0 in m:
+                # A shape whose planned start has passed, but for which the room is not free:
+                # its running tasks overran their estimates. Say "about now", not "now": a slot
+                # scheduler must not send a task to queue behind them.
+                grid = self.cfg.grid
+                nm = len(grid.mem)
+                fc, fm = self.free_cpu + 1e-9, self.free_mem + 1e-9
+                m = [w if w > 0.0 or (grid.cpu[k // nm] <= fc and grid.mem[k % nm] <= fm) else ABOUT_NOW_S
+                     for k, w in enumerate(m)]
+            self._matrix = m
             self._matrix_time = now
         return self._matrix
 
