@@ -50,7 +50,9 @@ class SlotOffers(Matcher):
         # a task's preference at a slot: its locality there, then its place in the batch
         key = np.where(b.valid, b.loc.astype(np.int64) * B + np.arange(B)[:, None], np.iinfo(np.int64).max)
         open_ = np.ones(B, dtype=bool)
-        for j in range(len(offered)):
+        # only slots some task of the batch may take (with delay scheduling holding out for a
+        # node-local slot, a few of the hundreds offered)
+        for j in np.flatnonzero(b.valid.any(axis=0) & (free >= 1.0 - 1e-9)).tolist():
             while free[j] >= 1.0 - 1e-9 and open_.any():
                 col = np.where(open_ & (cpu <= free[j] + 1e-9), key[:, j], np.iinfo(np.int64).max)
                 t = int(col.argmin())
