@@ -355,12 +355,24 @@ class SharingPolicy:
         leaf_demand = np.bincount(leaf[adm], weights=d[adm], minlength=L).astype(float)
         shares = self.leaf_shares(snap.capacity, leaf_demand)
         x = np.zeros(n)
+        strict = np.zeros(n, dtype=bool)          # jobs of FIFO leaves: no token of right
         for li, q in enumerate(self._leaves):
             m = np.flatnonzero(adm & (leaf == li))
             if m.size:
                 x[m] = _split(q, shares[q.path], d[m], w[m], rank[m], users[m])
+                strict[m] = q.order == "fifo"
+        # In a FIFO queue the jobs ahead take all they can use and a job left nothing waits:
+        # one just admitted goes back to the line, one already running keeps its tasks but is
+        # granted no token (Hadoop's FIFO gives the next slot to the head of the line).
+        starved = strict & (x <= EPS) & needs
+        if starved.any():
+            back = [i for i in newly if starved[i]]
+            if back:
+                newly = [i for i in newly if not starved[i]]
+                adm[back] = False
+                x[back] = 0.0
         ai = np.flatnonzero(adm)
-        got = _round(x[ai], total, needs[ai])
+        got = _round(x[ai], total, (needs & ~starved)[ai])
         grant = np.zeros(n, dtype=np.int64)
         grant[ai] = got
         ids = [r[6] for r in rows]
@@ -550,8 +562,9 @@ class SharingPolicy:
         assert all(t >= 0 for t in alloc.tokens.values())
         assert sum(alloc.tokens.values()) <= total, "more tokens than cores"
         holders = [i for i in adm if byid[i].demand > 0]
-        if len(holders) <= total:
-            assert all(alloc.tokens[i] >= 1 for i in holders), "a job with demand holds no token"
+        fair = [i for i in holders if self.tree.leaf(byid[i].queue).order != "fifo"]
+        if len(holders) <= total:      # (a FIFO queue's job may hold none: the jobs ahead take it all)
+            assert all(alloc.tokens[i] >= 1 for i in fair), "a job with demand holds no token"
         elif alloc.admit:
             assert all(byid[i].demand <= 0 for i in alloc.admit), "admitted past the token slots"
         for q in self._leaves:                           # limits, where this round admitted jobs

@@ -472,8 +472,9 @@ def check_allocation(t, snap, a: Allocation, deficit_bound):
     old_holders = [j.job_id for j in snap.jobs if j.admitted and j.demand > 0]
     if a.admit and any(byid[i].demand > 0 for i in a.admit):
         assert len(holders) <= total                                    # one token each fits
-    if len(holders) <= total:
-        assert all(a.tokens[i] >= 1 for i in holders)
+    if len(holders) <= total:       # every job with demand holds a token, but in a FIFO queue,
+        # where a job the ones ahead leave nothing holds none (and a new one is not admitted)
+        assert all(a.tokens[i] >= 1 for i in holders if t.leaf(byid[i].queue).order != "fifo")
     assert len(old_holders) <= total or not any(byid[i].demand > 0 for i in a.admit)
     for q in t.leaves():
         new = [i for i in a.admit if byid[i].queue == q.path]
@@ -546,6 +547,19 @@ def deficit_bound(t, snap, a):
         out += max(0.0, target - h)
         out += sum(u["short"] for u in (user_accounts(t, q, snap, a) or {}).values())
     return out
+
+
+def test_a_fifo_queue_gives_the_head_of_the_line_all_it_can_use_and_the_next_waits():
+    tree = QueueTree(QueueSpec("root", order="fifo"))
+    pol = make_sharing_policy(tree)
+    first = JobView(0, "root", "u", 1.0, 0, 0.0, 16.0, 16, 16.0, True)
+    later = JobView(1, "root", "v", 1.0, 0, 1.0, 4.0, 0, 0.0, False)
+    a = pol.allocate(Snapshot(2.0, 16.0, (first, later)))
+    assert a.tokens == {0: 16} and a.admit == [] and a.positions == {1: ("root", 1)}
+    first = JobView(0, "root", "u", 1.0, 0, 0.0, 13.0, 16, 13.0, True)     # it needs less now
+    a = pol.allocate(Snapshot(3.0, 16.0, (first, later)))
+    assert a.tokens == {0: 13, 1: 3} and a.admit == [1]
+    pol.validate(Snapshot(3.0, 16.0, (first, later)), a)
 
 
 @pytest.mark.parametrize("sharing", ["fair", "capacity"])
@@ -641,9 +655,9 @@ def test_capacity_reclaim_kills_at_the_deadline():
     assert r0.admit == [9] and r0.shares["b"] == pytest.approx(30) and r0.shares["a"] == pytest.approx(70)
     assert sum(r0.tokens[i] for i in range(3)) == 70               # tokens cut at once
     # 30 back within 10 s, most recently submitted first, each down to no less than its grant
-    # (fifo in a: 39, 30, 1): 19 from job 2, 10 from job 1, 1 from job 0.
-    assert [r0.tokens[i] for i in range(3)] == [39, 30, 1]
-    assert r0.reclaim == [Reclaim(2, 1, 10.0), Reclaim(1, 30, 10.0), Reclaim(0, 39, 10.0)]
+    # (fifo in a: 40, 30 and nothing left for job 2): 20 from job 2, 10 from job 1.
+    assert [r0.tokens[i] for i in range(3)] == [40, 30, 0]
+    assert r0.reclaim == [Reclaim(2, 0, 10.0), Reclaim(1, 30, 10.0)]
     assert r0.next_run_s == pytest.approx(10)
     b_jobs = [job(9, "b", demand=50, running=0, submitted=50)]
     s = Snapshot(104.0, 100, tuple(a_jobs + b_jobs))
