@@ -263,8 +263,9 @@ class RmState:
               (q.max_running_jobs is None or self._admitted_in.get(leaf, 0) < q.max_running_jobs) and
               (q.max_jobs_per_user is None or self._user_in.get((leaf, user), 0) < q.max_jobs_per_user))
         out: list = []
-        if ok and e.demand > 0 and free < min(e.demand, 1 + total // (self._admitted_count() + 1)):
-            free += self._trim_slack(min(e.demand, 1 + total // (self._admitted_count() + 1)) - free, out)
+        if ok and free < e.demand:
+            # what others were granted beyond their demand they cannot use: theirs goes first
+            free += self._trim_slack(e.demand - free, out)
         if ok and (e.demand <= 0 or free >= 1):
             self._grant_cap = total
             return out + self._admit(e, int(min(e.demand, free)) if e.demand > 0 else 0, now)
@@ -280,15 +281,12 @@ class RmState:
         self._soon = True
         return [SetTimer(ADMIT_SOON_S, "soon")]
 
-    def _admitted_count(self) -> int:
-        return sum(self._admitted_in.values())
-
     def _trim_slack(self, want: float, out: list) -> int:
         """Take back tokens jobs hold beyond their demand (they cannot use them), up to ``want``."""
         freed = 0
-        for job_id in list(self._slack):
-            if freed >= want:
-                break
+        slack = self._slack
+        while slack and freed < want:
+            job_id = slack.pop()
             e = self.jobs[job_id]
             keep = max(int(math.ceil(e.demand - 1e-9)), 1 if e.demand > 0 else 0)
             if keep < e.tokens:
@@ -296,7 +294,6 @@ class RmState:
                 self._granted -= e.tokens - keep
                 e.tokens = keep
                 out.append(Send(f"jm:{job_id}", TokenGrant(job_id, keep)))
-            self._slack.discard(job_id)
         return freed
 
     def _admit(self, e: JobEntry, tokens: int, now: float) -> list:
