@@ -158,7 +158,7 @@ class JmState:
         self.view = view
         self.reply_to = reply_to
         self._prof = prof = config.profile
-        self._fstates = tuple(f.new_state() for f in prof.filters)   # each filter's memory of this job
+        self._fstates = prof.new_states()       # each filter's memory of this job
         self._keep = 0                          # CPUs a reclaim lets it keep (ReclaimTokens.keep)
         topo = config.topology
         self.stages: list[Stage] = []
@@ -543,7 +543,7 @@ class JmState:
             if room <= 0:
                 break
             want = room * cfg.lookahead if gate.lookahead else room
-            bound = prof.matcher.batch_bound(self.view, self._least_ready_cpu())
+            bound = prof.matcher.batch_bound(self.view, self._least_ready_cpu()) if prof.matcher.bounded else None
             if bound is not None:
                 if bound <= 0:
                     blocked = True      # a slot scheduler on a full cluster: no batch to build
@@ -744,9 +744,10 @@ class JmState:
         if (cur != READY).any():
             bad = int(ids[np.flatnonzero(cur != READY)[0]])
             step(int(self.state[bad]), "dispatch")     # raises IllegalTransition
-        for f, fs in zip(self._prof.filters, self._fstates):
-            if fs is not None:
-                f.dispatched(fs, where[:n], now)
+        if self._prof.stateful:
+            for f, fs in zip(self._prof.filters, self._fstates):
+                if fs is not None:
+                    f.dispatched(fs, where[:n], now)
         self.used_tokens += float(cpu[:n_reg].sum())
         self.outstanding_opp += float(cpu[n_reg:].sum())
         self.attempt[ids] += 1

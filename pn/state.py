@@ -90,7 +90,7 @@ class PnState:
     batch_exits = True
     # (slots: 20,000 of these in a simulation, each touched at random; no per-object dict)
     __slots__ = ("server", "cfg", "boot_time", "queue", "opp_queue", "running", "free_cpu", "free_mem",
-                 "_matrix", "_matrix_time", "_waits", "_planned_at", "_avail", "_last_m", "_last_t", "_hb_due",
+                 "_matrix", "_matrix_time", "_waits", "_planned_at", "_avail", "_overdue_at", "_last_m", "_last_t", "_hb_due",
                  "_changed", "_quiet_due", "_revise_at", "_queued_due")
 
     def __init__(self, server: int, config: PnConfig) -> None:
@@ -107,6 +107,7 @@ class PnState:
         self._waits: list[float] = []           # the last planned waits, from _planned_at
         self._planned_at = 0.0
         self._avail: list | None = None         # absolute start times of the shapes, made on demand
+        self._overdue_at = float("inf")         # when a shape the room does not fit now is due
         self._last_m: list | None = None        # the last planned reading, kept across changes,
         self._last_t = 0.0                      # and when it was planned
         self._hb_due = float("inf")             # when the armed heartbeat timer fires
@@ -456,16 +457,21 @@ class PnState:
             if avail is None:
                 t0 = self._planned_at
                 self._avail = avail = [w + t0 for w in self._waits]   # when each shape could start
-            m = [a - now if a > now else 0.0 for a in avail]
-            if 0.0 in m:
-                # A shape whose planned start has passed, but for which the room is not free:
-                # its running tasks overran their estimates. Say "about now", not "now": a slot
-                # scheduler must not send a task to queue behind them.
+                # The room is what it was when planned (every change re-plans): the shapes it
+                # does not hold now are due when their running tasks are expected to end.
                 grid = self.cfg.grid
                 nm = len(grid.mem)
                 fc, fm = self.free_cpu + 1e-9, self.free_mem + 1e-9
-                m = [w if w > 0.0 or (grid.cpu[k // nm] <= fc and grid.mem[k % nm] <= fm) else ABOUT_NOW_S
-                     for k, w in enumerate(m)]
+                self._overdue_at = min((a for k, a in enumerate(avail)
+                                        if not (grid.cpu[k // nm] <= fc and grid.mem[k % nm] <= fm)),
+                                       default=float("inf"))
+            m = [a - now if a > now else 0.0 for a in avail]
+            if now >= self._overdue_at:
+                # A shape whose planned start has passed, but for which the room is not free:
+                # its running tasks overran their estimates. Say "about now", not "now": a slot
+                # scheduler must not send a task to queue behind them.
+                due = self._overdue_at
+                m = [w if w > 0.0 or a < due else ABOUT_NOW_S for w, a in zip(m, avail)]
             self._matrix = m
             self._matrix_time = now
         return self._matrix

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import cached_property
 
 from .deferral import Deferral
 from .delay import DelayScheduling
@@ -32,6 +33,21 @@ class Profile:
     polls: bool = False              # look again while tasks are ready (not only on news) ...
     poll_s: float = 0.0              # ... this often (0: JmConfig.retry_s)
     tokens: str = "even"             # the RM's token policy when none is named
+
+    def new_states(self) -> tuple:
+        """Each filter's memory of one job (None for a filter that keeps none)."""
+        if not self.stateful:
+            return self._nones
+        return tuple(f.new_state() for f in self.filters)
+
+    @cached_property
+    def stateful(self) -> bool:
+        """Whether some filter keeps a memory per job (then it hears of every dispatch)."""
+        return any(f.new_state() is not None for f in self.filters)
+
+    @cached_property
+    def _nones(self) -> tuple:
+        return (None,) * len(self.filters)
 
     def with_filter(self, f) -> "Profile":
         """This profile with candidate filter ``f`` (e.g. delay scheduling on any profile), in place

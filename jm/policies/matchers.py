@@ -37,6 +37,7 @@ class Matcher:
     needs_costs = True       # the pipeline estimates C, E, W for every candidate first
     single = False           # a batch of one task may take jm.single's float path (its answer: the cheapest)
     one_per_slot = False     # at most one task per server slot per batch (larger batches are wasted)
+    bounded = False          # batch_bound() may say how many tasks a batch could place at most
 
     def batch_bound(self, view, cpu: float) -> int | None:
         """At most how many tasks of ``cpu`` CPUs a batch could place now (a cheap bound taken
@@ -101,6 +102,8 @@ class RandomPlacement(Matcher):
 class FreeSlot(Matcher):
     name = "free-slot"
     needs_costs = False
+
+    bounded = True
 
     def batch_bound(self, view, cpu: float) -> int | None:
         return view.free_slots_reported(cpu)     # a task goes only to a slot free now

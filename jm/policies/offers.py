@@ -24,6 +24,8 @@ class SlotOffers(Matcher):
     name = "slot-offers"
     needs_costs = False
 
+    bounded = True
+
     def batch_bound(self, view, cpu: float) -> int | None:
         return view.free_slots_reported(cpu)     # a task goes only to a slot free now
 
