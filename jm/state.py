@@ -26,7 +26,7 @@ from apollo.spec import JobSpec
 
 from . import estimate as est
 from .matching import UNMATCHED
-from .policies import PROFILES, Profile, profile as find_profile
+from .policies import Profile, profile as find_profile
 from .policies.batch import Batch
 from .policies.pipeline import place, place_one
 
@@ -35,7 +35,6 @@ S = TaskState
 PENDING, READY, DISPATCHED, RUNNING, DONE, FAILED = (int(S.PENDING), int(S.READY), int(S.DISPATCHED),
                                                      int(S.RUNNING), int(S.DONE), int(S.FAILED))
 OPPORTUNISTIC_MAX_WAIT_S = 0.5   # opportunistic tasks only go where they should start about now
-POLICIES = tuple(PROFILES)       # scheduler names: profiles of placement policies (jm.policies)
 
 
 @dataclass(slots=True)
