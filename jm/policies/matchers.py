@@ -99,14 +99,18 @@ class RandomPlacement(Matcher):
             np.where(b.valid[:, 0], b.loc[:, 0], REMOTE)
 
 
-class FreeSlot(Matcher):
-    name = "free-slot"
+class SlotMatcher(Matcher):
+    """A slot scheduler's matcher: a task goes only to a slot free now, as its server reported
+    it; no estimates."""
     needs_costs = False
-
     bounded = True
 
     def batch_bound(self, view, cpu: float) -> int | None:
-        return view.free_slots_reported(cpu)     # a task goes only to a slot free now
+        return view.free_slots_reported(cpu)
+
+
+class FreeSlot(SlotMatcher):
+    name = "free-slot"
 
     def match(self, b: Batch):
         view = b.view

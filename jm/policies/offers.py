@@ -17,17 +17,11 @@ from apollo.cluster import REMOTE
 
 from ..matching import UNMATCHED
 from .batch import Batch
-from .matchers import Matcher
+from .matchers import SlotMatcher
 
 
-class SlotOffers(Matcher):
+class SlotOffers(SlotMatcher):
     name = "slot-offers"
-    needs_costs = False
-
-    bounded = True
-
-    def batch_bound(self, view, cpu: float) -> int | None:
-        return view.free_slots_reported(cpu)     # a task goes only to a slot free now
 
     def candidates(self, b: Batch, rng):
         view = b.view
