@@ -118,9 +118,9 @@ class QueueTree:
 
     # ---- lookup ------------------------------------------------------------------
     @classmethod
-    def single(cls) -> QueueTree:
-        """One fair queue holding every job: today's even split."""
-        return cls(QueueSpec(ROOT))
+    def single(cls, order: str = "fair") -> QueueTree:
+        """One queue holding every job (no queue file): max-min fair among them, or FIFO."""
+        return cls(QueueSpec(ROOT, order=order))
 
     @property
     def is_single(self) -> bool:

@@ -21,7 +21,7 @@ from apollo.messages import (CancelJob, ClusterView, Heartbeat, JobAccepted, Job
                              ReclaimTokens, StartJob, SubmitJob, TokenGrant)
 from apollo.spec import JobSpec
 
-from .queues import ROOT, QueueError, QueueSpec, QueueTree
+from .queues import QueueError, QueueTree
 from .sharing import JobView, SharingPolicy, Snapshot, make_sharing_policy
 from .store import StoredJobs
 
@@ -47,7 +47,7 @@ def single_queue(tokens: str = "even") -> QueueTree:
         order = SINGLE_QUEUE_ORDERS[tokens]
     except KeyError:
         raise ValueError(f"unknown token policy {tokens!r} (known: {', '.join(SINGLE_QUEUE_ORDERS)})") from None
-    return QueueTree(QueueSpec(ROOT, order=order))
+    return QueueTree.single(order)
 
 
 @dataclass(slots=True)

@@ -17,13 +17,10 @@ class Deferral:
     def new_state(self):
         return None
 
-    def active(self, cfg) -> bool:
-        return cfg.defer_s > 0
-
     def rematches_on_news(self, cfg) -> bool:
         """Whether a task this filter holds back is looked at again on the next status or view
         (else the job polls)."""
-        return self.active(cfg)
+        return cfg.defer_s > 0
 
     def cut(self, b: Batch, state) -> Cut | None:
         cfg = b.cfg
