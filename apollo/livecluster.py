@@ -65,13 +65,14 @@ def read_info(folder: Path) -> dict:
 
 def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float = 2.0, mem_gb: float = 8.0,
        scheduler: str = "apollo", timeout_s: float = 15.0, io: dict | None = None,
-       queues: str | Path | None = None) -> dict:
+       queues: str | Path | None = None, http_host: str = "127.0.0.1") -> dict:
     """Start a cluster in ``folder``; returns its info (with ``startup_s``).
 
     ``io``: fields of apollo.cluster.IoModel for every process (e.g. ``{"init_s": 0.0}`` makes a
     synthetic task with a 0 s duration a true no-op instead of paying the modelled 0.2 s start-up);
     kept in cluster.json's config, which apollo.node reads. ``queues``: a queue file
-    (rm/queues.py), checked here and copied into the folder for the RM.
+    (rm/queues.py), checked here and copied into the folder for the RM. ``http_host``: where the
+    RM's HTTP face listens (cluster.json "http"; any address but loopback asks for the token).
     """
     folder.mkdir(parents=True, exist_ok=True)
     if (folder / "cluster.json").exists():
@@ -103,7 +104,7 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
     secret_path = folder / "secret"
     secret_path.write_text(secrets.token_hex(32))
     os.chmod(secret_path, 0o600)
-    ports = _free_ports(2 + procs)
+    ports = _free_ports(3 + procs)      # the last one: the RM's HTTP face (rm/http.py)
     processes = [{"role": "rm", "index": 0, "address": f"127.0.0.1:{ports[0]}"},
                  {"role": "jm", "index": 0, "address": f"127.0.0.1:{ports[1]}"}]
     for k in range(procs):
@@ -111,7 +112,8 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
                           "pns": list(range(k * pns // procs, (k + 1) * pns // procs))})
     # One time origin for every process (CLOCK_MONOTONIC is machine-wide): the actors compare
     # timestamps taken in different processes, so they must share a clock.
-    info = {"rm": processes[0]["address"], "processes": processes, "epoch": time.monotonic(),
+    info = {"rm": processes[0]["address"], "http": f"{http_host}:{ports[-1]}", "processes": processes,
+            "epoch": time.monotonic(),
             "config": {"pns": pns, "racks": racks, "cpus": cpus, "mem_gb": mem_gb, "scheduler": scheduler}}
     if io:
         info["config"]["io"] = io
