@@ -74,9 +74,10 @@ def _cluster(args: argparse.Namespace) -> int:
     folder = Path(args.cluster).expanduser()
     if args.action == "up":
         info = livecluster.up(folder, pns=args.pns, racks=args.racks, procs=args.procs, cpus=args.cpus,
-                              mem_gb=args.mem_gb, scheduler=args.scheduler, queues=args.queues)
+                              mem_gb=args.mem_gb, scheduler=args.scheduler, queues=args.queues,
+                              http_host=args.http_host)
         print(f"cluster up in {info['startup_s']:.2f} s: RM {info['rm']}, {args.pns} PNs in {args.racks} racks "
-              f"over {len(info['processes']) - 2} processes; files in {folder}")
+              f"over {len(info['processes']) - 2} processes; files in {folder}; dashboard http://{info['http']}/")
     elif args.action == "down":
         for line in livecluster.down(folder):
             print(line)
@@ -92,6 +93,13 @@ def _cluster(args: argparse.Namespace) -> int:
         print(f"{c['pns']} PNs x {c['cpus']} cpu / {c['mem_gb']} GB in {c['racks']} racks; scheduler {c['scheduler']}")
         print("jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(st["jobs"].items())) or "none"))
         return 1 if dead else 0
+    return 0
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from rm.http import dashboard_lines
+    for line in dashboard_lines(Path(args.cluster).expanduser()):
+        print(line)
     return 0
 
 
@@ -326,6 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--mem-gb", type=float, default=8.0)
     c.add_argument("--scheduler", default="apollo", choices=list(PROFILES))
     c.add_argument("--queues", metavar="FILE", help="a queue file (TOML): fair pools or capacity queues")
+    c.add_argument("--http-host", default="127.0.0.1",
+                   help="where the RM serves its API, metrics and dashboard (not loopback: the token is asked)")
+
+    db = sub.add_parser("dashboard", help="print the URL of the cluster's dashboard, API and metrics")
+    db.add_argument("--cluster", default=str(DEFAULT_DIR))
 
     qs = sub.add_parser("queues", help="the queue tree: guarantees, shares, running and waiting jobs")
     qs.add_argument("--cluster", default=str(DEFAULT_DIR))
@@ -377,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "simulate":
             return _simulate(args)
         handlers = {"cluster": _cluster, "submit": _submit, "jobs": _jobs, "job": _job, "cancel": _cancel,
-                    "replay": _replay, "demo": _demo, "queues": _queues}
+                    "replay": _replay, "demo": _demo, "queues": _queues,
+                    "dashboard": _dashboard}
         if args.cmd in handlers:
             return handlers[args.cmd](args)
     except (SpecError, QueueError) as e:

@@ -51,19 +51,38 @@ class JobStatus:
 
 
 class EventTail:
-    """The cluster's attempt records (events-*.jsonl in its folder), read incrementally."""
+    """The cluster's report records (events-*.jsonl in its folder), read incrementally.
 
-    def __init__(self, folder: Path) -> None:
+    ``kinds``: the record kinds kept, each in ``records[kind]`` as its data tuple (``attempts``
+    is ``records["attempt"]``). ``keep=False``: every poll() starts the lists afresh, so they
+    hold only what that poll read (a long-lived reader, the RM's HTTP face, folds them into
+    its own tallies instead of keeping every record). A file cut short (a replay empties them
+    at its start) is read again from its beginning. ``max_bytes``: read at most this much of
+    a file per poll (the rest at the next ones), so that no poll takes long.
+    """
+
+    def __init__(self, folder: Path, kinds: tuple[str, ...] = ("attempt",), keep: bool = True,
+                 max_bytes: int = -1) -> None:
         self.folder = folder
+        self.max_bytes = max_bytes
+        self.kinds = frozenset(kinds) | {"attempt"}
+        self.keep = keep
         self._offsets: dict[Path, int] = {}
-        self.attempts: list[tuple] = []
+        self.records: dict[str, list[tuple]] = {k: [] for k in self.kinds}
+        self.attempts: list[tuple] = self.records["attempt"]
 
     def poll(self) -> list[tuple]:
+        if not self.keep:
+            self.records = {k: [] for k in self.kinds}
+            self.attempts = self.records["attempt"]
+        records = self.records
         for f in sorted(self.folder.glob("events-*.jsonl")):
             at = self._offsets.get(f, 0)
             with open(f, "rb") as fh:
+                if at > fh.seek(0, 2):
+                    at = 0                            # emptied since the last poll
                 fh.seek(at)
-                chunk = fh.read()
+                chunk = fh.read(self.max_bytes)
             end = chunk.rfind(b"\n") + 1          # a line still being written waits
             self._offsets[f] = at + end
             for line in chunk[:end].splitlines():
@@ -71,8 +90,8 @@ class EventTail:
                     kind, _, data = json.loads(line)
                 except ValueError:
                     continue                          # a line cut short by a crash
-                if kind == "attempt":
-                    self.attempts.append(tuple(data))
+                if kind in records:
+                    records[kind].append(tuple(data))
         return self.attempts
 
 

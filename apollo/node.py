@@ -139,12 +139,18 @@ async def serve(folder: Path, role: str, index: int) -> None:
     rt, me = build_runtime(folder, role, index)
     port = int(me["address"].rsplit(":", 1)[1])
     await rt.start(listen_port=port)
+    http = None
+    if role == "rm":        # the API, metrics and dashboard, on this loop (rm/http.py)
+        from rm.http import start_http
+        http = await start_http(rt, rt.actors["rm"], folder)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     (folder / f"ready-{role}{index}").write_text(str(os.getpid()))
     await stop.wait()
+    if http is not None:
+        await http.cleanup()
     await rt.stop()
     if isinstance(rt.log_sink, EventFile):
         rt.log_sink.close()
