@@ -7,6 +7,7 @@ Times are the cluster's clock (seconds since its epoch); ``null`` where unknown.
 from __future__ import annotations
 
 import math
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +46,7 @@ class Views:
             alive = bool(rm.alive[s])
             heard = rm.stamps[s] >= 0
             servers.append({
-                "id": s, "rack": int(self.rack_of[s]), "alive": alive, "cores": cores,
+                "id": s, "rack": int(self.rack_of[s]), "alive": alive, "heard": bool(heard), "cores": cores,
                 "busy_cores": _num(cores - tap.cpu_free[s]) if heard else None,
                 "cpu_free": _num(tap.cpu_free[s]) if heard else None,
                 "running": int(tap.running[s]), "queued": int(tap.queued[s]),
@@ -142,8 +143,11 @@ class Views:
             @staticmethod
             def poll():
                 return attempts
-        st = job_status(folder, job_id, _Kept())
-        if st is None and e is None:
+        try:
+            st = job_status(folder, job_id, _Kept()) if (folder / "jobs.db").exists() else None
+        except sqlite3.Error:
+            st = None         # the store is busy or gone: what the records tell is still worth showing
+        if st is None and e is None and t is None:
             return None
         if st is not None:
             row.update(name=st.name, state=st.state if e is None else row["state"],

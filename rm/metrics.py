@@ -19,7 +19,7 @@ JOB_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 class RecordMetrics:
     """Counters and histograms fed from the records (see Watch.fold)."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, queues: tuple[str, ...] = ()) -> None:
         r = registry
         self.queue_delay = Histogram("apollo_task_queue_delay_seconds",
                                      "Ready to start of completed tasks (at the JM and in a PN queue)",
@@ -38,6 +38,17 @@ class RecordMetrics:
                                    registry=r)
         self.submitted = Counter("apollo_jobs_submitted", "Jobs accepted by the RM", ["queue"], registry=r)
         self.finished = Counter("apollo_jobs_finished", "Jobs that ended, by result", ["result"], registry=r)
+        # every series from the start (at 0): a rate() over a series that appears late misses its first step
+        for loc in ("node", "rack", "remote", "none"):
+            self.started.labels(loc)
+        for outcome in ("done", "failed", "preempted", "moved", "superseded", "lost"):   # jm/state.py's
+            self.attempts.labels(outcome)
+        for result in ("ok", "failed"):
+            self.finished.labels(result)
+        for q in queues:
+            self.preemptions.labels(q)
+            self.submitted.labels(q)
+            self.admission_wait.labels(q)
 
     def attempt(self, queue: str, outcome: str, locality: str | None, queue_delay: float | None,
                 sched_latency: float | None) -> None:
@@ -129,7 +140,7 @@ def make_registry(rm, tap, now) -> tuple[CollectorRegistry, RecordMetrics]:
     disable_created_metrics()
     reg = CollectorRegistry(auto_describe=True)
     reg.register(StateCollector(rm, tap, now))
-    return reg, RecordMetrics(reg)
+    return reg, RecordMetrics(reg, tuple(q.path for q in rm.tree.leaves()))
 
 
 def exposition(registry: CollectorRegistry) -> bytes:
