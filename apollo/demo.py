@@ -69,6 +69,8 @@ def demo(out: Path, trace: str | None = None, pns: int = 16, racks: int = 4, pro
     info = livecluster.up(folder, pns=pns, racks=racks, procs=procs, cpus=cores, mem_gb=8.0)
     console.print(f"cluster up in {info['startup_s']:.2f} s; replaying {len(workload.jobs)} jobs / "
                   f"{workload.total_tasks} tasks of {workload.name} (task times / {speedup:.1f})")
+    if info.get("http"):
+        console.print(f"dashboard (live while the demo runs): http://{info['http']}/  (metrics: /metrics)")
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console) as bar:
