@@ -60,8 +60,9 @@ class Views:
             if e.admitted:
                 by_host[e.host] = by_host.get(e.host, 0) + 1
         jm_procs = [p["address"] for p in self.info["processes"] if p["role"] == "jm"]
-        hosts = [{"name": h, "address": jm_procs[k] if k < len(jm_procs) else None, "jobs": by_host.get(h, 0)}
-                 for k, h in enumerate(rm.cfg.jm_hosts)]
+        up = set(getattr(rm, "hosts_alive", rm.cfg.jm_hosts))     # an RM that tracks its JM hosts says which live
+        hosts = [{"name": h, "address": jm_procs[k] if k < len(jm_procs) else None, "alive": h in up,
+                  "jobs": by_host.get(h, 0)} for k, h in enumerate(rm.cfg.jm_hosts)]
         racks = [{"rack": r, "servers": [int(s) for s in np.flatnonzero(self.rack_of == r)]}
                  for r in range(int(self.rack_of.max()) + 1 if len(self.rack_of) else 0)]
         return {"time": _num(now), "servers": servers, "racks": racks, "jm_hosts": hosts,

@@ -98,7 +98,7 @@ def make_app(views: Views, watch: Watch, registry, folder: Path, secret: str | N
 
     def snapshot() -> dict:
         return {"cluster": views.cluster(), "queues": views.queues(), "jobs": views.jobs()["jobs"],
-                "events": list(watch.events)[-40:]}
+                "events": sorted(watch.events, key=lambda e: e["t"])[-40:]}     # folded by kind, shown by time
 
     async def stream(request):
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})

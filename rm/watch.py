@@ -164,7 +164,8 @@ class Watch:
                                  a[A_DISPATCH] - a[A_READY] if a[A_DISPATCH] >= 0 else None)
         if started:
             self._event(a[A_END], outcome, a[A_JOB],
-                        f"task {a[A_STAGE]}.{a[A_TASK]}#{a[A_ATTEMPT]} on server {a[A_SERVER]} ({loc}), "
+                        f"task {a[A_STAGE]}.{a[A_TASK]}#{a[A_ATTEMPT]} on server {a[A_SERVER]} "
+                        f"({loc + '-local' if loc in ('node', 'rack') else loc if loc == 'remote' else 'no input'}), "
                         f"{a[A_END] - a[A_START]:.2f} s, {a[A_CPU]:g} cpu")
 
     def _queue_of(self, job_id: int) -> str:
