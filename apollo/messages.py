@@ -19,7 +19,7 @@ import numpy as np
 
 from .spec import JobSpec, SpecError, StageSpec
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 
 class WireError(ValueError):
@@ -146,6 +146,7 @@ def array(dtype: str) -> Codec:
 F64 = array("f8")
 F32 = array("f4")
 I32 = array("i4")
+I64 = array("i8")
 
 
 def nested(cls: type) -> Codec:
@@ -367,12 +368,15 @@ class TaskReport(Message):
 
 # ---- messages ---------------------------------------------------------------
 
-@message(1, job_id=INT, spec=JOB, reply_to=STR)
+@message(1, job_id=INT, spec=JOB, reply_to=STR, key=STR)
 class SubmitJob(Message):
-    """Client -> RM. job_id -1 asks the RM to assign one."""
+    """Client -> RM. job_id -1 asks the RM to assign one. ``key``: the client's idempotency key
+    ("" none): a retry with the same key is answered about the job already stored (accepted,
+    or its JobDone once it has finished), never stored twice."""
     job_id: int
     spec: JobSpec
     reply_to: str
+    key: str = ""
 
 
 @message(2, job_id=NAT, name=STR, accepted=BOOL, reason=STR)
@@ -384,27 +388,40 @@ class JobAccepted(Message):
     reason: str
 
 
-@message(3, job_id=NAT, spec=JOB, tokens=NAT, submitted_at=FLOAT, reply_to=STR)
+@message(3, job_id=NAT, spec=JOB, tokens=NAT, submitted_at=FLOAT, reply_to=STR, seq=NAT, generation=NAT,
+         done=BYTES)
 class StartJob(Message):
-    """RM -> JM host: the capacity plane admitted the job; create its JM."""
+    """RM -> JM host: the capacity plane admitted the job; create its JM (or, for a JM the host
+    already runs, a token grant). ``seq`` orders it with the job's TokenGrants; ``generation``
+    counts the job's JM homes (> 0: a JM host died and this one adopts the job's attempts from
+    the PNs); ``done``: the tasks known finished (numpy.packbits of a bool per task; b"": none)."""
     job_id: int
     spec: JobSpec
     tokens: int
     submitted_at: float
     reply_to: str
+    seq: int = 0
+    generation: int = 0
+    done: bytes = b""
 
 
-@message(4, job_id=NAT, tokens=NAT)
+@message(4, job_id=NAT, tokens=NAT, seq=NAT)
 class TokenGrant(Message):
+    """RM -> JM: the job now holds ``tokens``. ``seq`` grows with every token message the RM sends
+    the job (StartJob, TokenGrant, ReclaimTokens): a JM ignores an older one (a duplicate, or one
+    overtaken), and the RM re-sends the latest to a JM whose host reports an older seq."""
     job_id: int
     tokens: int
+    seq: int = 0
 
 
-@message(5, job_id=NAT, tasks=lst(nested(TaskSpec)))
+@message(5, job_id=NAT, tasks=lst(nested(TaskSpec)), reply_to=STR)
 class Dispatch(Message):
-    """JM -> PN: task attempts to queue (one message per PN per scheduling batch)."""
+    """JM -> PN: task attempts to queue (one message per PN per scheduling batch). ``reply_to``:
+    the JM host to report them to ("": "jm:JOB", a route)."""
     job_id: int
     tasks: list
+    reply_to: str = ""
 
 
 @message(6, job_id=NAT, task=NAT, attempt=NAT)
@@ -485,16 +502,17 @@ class UpgradeTask(Message):
     attempt: int
 
 
-@message(14, job_id=NAT, task=NAT, attempt=NAT)
+@message(14, job_id=NAT, task=NAT, attempt=NAT, reply_to=STR)
 class ProbeTask(Message):
-    """JM -> PN: where is this attempt? (answered with a StatusBatch: queued, running, or READY
-    with detail "unknown attempt" when the PN never got it or no longer has it)."""
+    """JM -> PN: where is this attempt? (answered with a StatusBatch: queued, running, its end if
+    it ended lately, or READY with detail "unknown attempt" when the PN never got it)."""
     job_id: int
     task: int
     attempt: int
+    reply_to: str = ""
 
 
-@message(15, job_id=NAT, tokens=NAT, keep=NAT, within_s=FLOAT)
+@message(15, job_id=NAT, tokens=NAT, keep=NAT, within_s=FLOAT, seq=NAT)
 class ReclaimTokens(Message):
     """RM -> JM: the sharing plane takes tokens back (preemption, or a lender reclaiming its
     guarantee). The job now holds ``tokens``; if its regular attempts still hold more than
@@ -504,3 +522,50 @@ class ReclaimTokens(Message):
     tokens: int
     keep: int
     within_s: float
+    seq: int = 0
+
+
+@message(16, host=STR, jobs=I64, seqs=I64, demand=I64, running=I64, progress_jobs=I64, progress=lst(BYTES))
+class HostReport(Message):
+    """JM host -> RM, every few seconds: the jobs it runs, with the token seq each last heard and
+    its demand and CPUs held (JobDemand, re-derived: a lost one costs nothing), and, for jobs
+    whose finished tasks changed since its last report, their done bitmaps (numpy.packbits),
+    which the RM stores so that another host can adopt the job. Its silence is how the RM
+    tells a dead host."""
+    host: str
+    jobs: np.ndarray
+    seqs: np.ndarray
+    demand: np.ndarray
+    running: np.ndarray
+    progress_jobs: np.ndarray
+    progress: list
+
+
+@message(17, job_id=NAT, kill=BOOL)
+class ReleaseJob(Message):
+    """RM -> JM host: drop this job's JM, which the RM no longer places here: it finished (or was
+    cancelled) elsewhere (``kill``: its attempts go too), or another host adopted it (its
+    attempts stay; they are the other host's now)."""
+    job_id: int
+    kill: bool
+
+
+@message(18, job_id=NAT, generation=NAT, reply_to=STR)
+class ProbeJob(Message):
+    """JM -> PN, from a JM adopting a job: which of its attempts do you hold or lately finish?
+    Answered with Holding; from now on its reports go to ``reply_to``."""
+    job_id: int
+    generation: int
+    reply_to: str
+
+
+@message(19, job_id=NAT, server=NAT, tasks=lst(nested(TaskSpec)), reports=lst(nested(TaskReport)),
+         ended=lst(nested(TaskReport)))
+class Holding(Message):
+    """PN -> JM: the attempts of the job the PN holds (``tasks``, each with its state in
+    ``reports``: queued or running) and those that ended there lately (``ended``)."""
+    job_id: int
+    server: int
+    tasks: list
+    reports: list
+    ended: list

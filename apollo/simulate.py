@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from apollo.cluster import IoModel, Topology
+from apollo.effects import Send, SetTimer, Timer
 from apollo.messages import JobAccepted, JobDone, SubmitJob
 from apollo.report import AttemptLog, Recorder, build_report
-from apollo.runtime.sim import NetModel, SimRuntime
+from apollo.runtime.sim import NetModel, Partition, SimRuntime
 from apollo.spec import Workload
 from jm.host import JmHost
 from jm.policies import profile as find_profile
@@ -48,7 +49,12 @@ class SimConfig:
     fail_prob: float = 0.0           # chance a task attempt fails (a flaky machine, a bad input)
     slow_fraction: float = 0.0       # fraction of servers that run tasks slower (stragglers)
     slow_factor: float = 3.0
-    crashes: list = field(default_factory=list)   # (time_s, server, down_for_s)
+    # (time_s, who, down_for_s): who is a server number, "pn:S", "rm" or "jm:K" (JM host K)
+    crashes: list = field(default_factory=list)
+    partitions: list = field(default_factory=list)  # apollo.runtime.sim.Partition
+    jm_hosts: int = 1                # JM host actors ("jmhost:K"); the RM spreads jobs over them
+    host_report_s: float = 1.0       # JM hosts report their jobs to the RM this often
+    host_dead_after_s: float = 5.0   # ...and are dead after this long silent
     max_sim_s: float = float("inf")
     # Apollo may dispatch beyond its tokens as opportunistic tasks. Off by default: with
     # even-split tokens regular work claims the whole cluster and most of it gets preempted.
@@ -84,35 +90,66 @@ class TaskTruth:
         return dur, True
 
 
+@dataclass(frozen=True)
+class Submit:
+    """The client's own event: submit job ``index`` now."""
+    index: int
+
+
 class Client:
     """The submitting side: counts answers and stops the run when every job has one; in a
-    closed loop (``backlog``), submits the next job as each one ends."""
+    closed loop (``backlog``), submits the next job as each one ends. A submission is retried
+    with its idempotency key until the RM acknowledges it, then repeated now and then until
+    the job's outcome comes (the RM answers a repeat with the outcome once there is one), so
+    a lost message or a crashed RM loses no job."""
+    RETRY_S = 5.0         # unacknowledged: submit again this often
+    POLL_S = 30.0         # acknowledged: ask again this often until the outcome comes
 
-    def __init__(self, expected: int, runtime: SimRuntime, backlog: list | None = None) -> None:
+    def __init__(self, expected: int, runtime: SimRuntime, jobs: dict, backlog: list | None = None) -> None:
         self.expected = expected
         self.runtime = runtime
+        self.jobs = jobs                      # index -> spec
         self.finished = 0
         self.results: dict[int, JobDone] = {}
+        self.accepted: set[int] = set()
+        self.refused: set[int] = set()
         self.backlog = backlog or []          # (job index, spec) not submitted yet, in order
 
     def handle(self, event, now, rng):
-        if type(event) is JobDone:
+        t = type(event)
+        out: list = []
+        if t is Submit:
+            out += self._submit(event.index)
+        elif t is Timer:
+            i = event.key[1]
+            if i not in self.results and i not in self.refused:
+                out += self._submit(i)
+        elif t is JobDone:
             if event.job_id in self.results:
                 return []        # the second copy (the JM's and the RM's both come)
             self.results[event.job_id] = event
             self.finished += 1
-            self._next()
-        elif type(event) is JobAccepted and not event.accepted:
-            self.finished += 1
-            self._next()
+            out += self._next()
+        elif t is JobAccepted:
+            if event.accepted:
+                self.accepted.add(event.job_id)
+            elif event.job_id not in self.refused and event.job_id not in self.results:
+                self.refused.add(event.job_id)
+                self.finished += 1
+                out += self._next()
         if self.finished >= self.expected:
             self.runtime.stopped = True
-        return []
+        return out
 
-    def _next(self) -> None:
+    def _submit(self, i: int) -> list:
+        wait = self.POLL_S if i in self.accepted else self.RETRY_S
+        return [Send("rm", SubmitJob(i, self.jobs[i], "client", f"sim:{i}")), SetTimer(wait, ("retry", i))]
+
+    def _next(self) -> list:
         if self.backlog:
-            i, job = self.backlog.pop(0)
-            self.runtime.inject("rm", SubmitJob(i, job, "client"))
+            i, _ = self.backlog.pop(0)
+            return self._submit(i)
+        return []
 
 
 def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Client, dict]:
@@ -126,33 +163,59 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
     shapes = pncfg.grid.size
     token_name = cfg.tokens or find_profile(cfg.scheduler).tokens
     tree = cfg.queues or single_queue(token_name)
-    rm = RmState(RmConfig(cfg.servers, shapes, cfg.cores, cfg.mem_gb, view_interval_s=cfg.view_interval_s,
-                          dead_after_s=3 * pncfg.liveness_s, queues=tree))
+    hosts = tuple(f"jmhost:{k}" for k in range(cfg.jm_hosts))
+    rmcfg = RmConfig(cfg.servers, shapes, cfg.cores, cfg.mem_gb, view_interval_s=cfg.view_interval_s,
+                     dead_after_s=3 * pncfg.liveness_s, queues=tree, jm_hosts=hosts,
+                     host_report_s=cfg.host_report_s, host_dead_after_s=cfg.host_dead_after_s)
     jmcfg = JmConfig(topology=topo, policy=cfg.scheduler, io=cfg.io, grid=pncfg.grid,
-                     opportunistic=cfg.opportunistic,
+                     opportunistic=cfg.opportunistic, host_report_s=cfg.host_report_s,
                      **({"delay_node_s": cfg.delay[0], "delay_rack_s": cfg.delay[1]} if cfg.delay else {}))
     if cfg.delay:
         jmcfg.profile = jmcfg.profile.with_filter(DelayScheduling())
-    host = JmHost(jmcfg)
+
+    def new_actor(addr: str):
+        """A fresh actor for ``addr`` (at the start, and when a crashed one restarts)."""
+        if addr == "rm":
+            return RmState(rmcfg)
+        if addr.startswith("jmhost:"):
+            c = replace(jmcfg, host=addr)
+            c.profile = jmcfg.profile            # (replace re-derives it from the name)
+            return JmHost(c)
+        return PnState(int(addr.split(":")[1]), pncfg)
+
     jobs = list(enumerate(workload.jobs))
     first, backlog = (jobs[:cfg.concurrent_jobs], jobs[cfg.concurrent_jobs:]) if cfg.concurrent_jobs else (jobs, [])
-    client = Client(len(workload.jobs), rt, backlog)
-    rt.add("rm", rm, store=MemoryJobStore())
-    rt.add("jmhost", host)
-    rt.route_prefix("jm", "jmhost")
+    client = Client(len(workload.jobs), rt, dict(jobs), backlog)
+    rt.add("rm", new_actor("rm"), store=MemoryJobStore())
+    for h in hosts:
+        rt.add(h, new_actor(h))
+    rt.route_prefix("jm", hosts[0])
     rt.add("client", client, start=False)
     for s in range(cfg.servers):
         rt.add(f"pn:{s}", PnState(s, pncfg))
     for i, job in first:
         at = 0.0 if cfg.concurrent_jobs else job.arrival_s
-        rt.call_at(at, lambda i=i, job=job: rt.inject("rm", SubmitJob(i, job, "client")))
-    for t, server, down_for in cfg.crashes:
-        addr = f"pn:{server}"
+        rt.call_at(at, lambda i=i: rt.deliver_now("client", Submit(i)))
+    for t, who, down_for in cfg.crashes:
+        addr = crash_address(who)
+        if addr not in rt.nodes:
+            raise ValueError(f"--crash: no actor {who!r} in this cluster")
         rt.call_at(t, lambda a=addr: rt.crash(a))
-        rt.call_at(t + down_for, lambda a=addr, s=server: rt.restart(a, PnState(s, pncfg)))
+        rt.call_at(t + down_for, lambda a=addr: rt.restart(a, new_actor(a)))
+    rt.partitions = list(cfg.partitions)
     meta = {"topology": topo, "token_policy": token_name if cfg.queues is None else f"queues:{tree.sharing}",
             "profile": jmcfg.profile, "tree": tree}
     return rt, rec, client, meta
+
+
+def crash_address(who) -> str:
+    """The actor a crash names: a server number or "pn:S", "rm", or "jm:K" (JM host K)."""
+    if isinstance(who, int) or str(who).isdigit():
+        return f"pn:{int(who)}"
+    who = str(who)
+    if who.startswith("jm:"):
+        return f"jmhost:{who[3:]}"
+    return who
 
 
 def run_simulation(workload: Workload, cfg: SimConfig) -> dict:

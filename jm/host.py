@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from apollo.effects import CancelTimer, Log, Send, SetTimer, Start, Timer
-from apollo.messages import CancelJob, ClusterView, JobDone, ReclaimTokens, StartJob, StatusBatch, TokenGrant
+from apollo.lifecycle import TaskState
+from apollo.messages import (CancelJob, ClusterView, Holding, HostReport, JobDone, KillTask, ReclaimTokens,
+                             ReleaseJob, StartJob, StatusBatch, TokenGrant)
 
 from .state import JmConfig, JmState
 from .view import ViewCache
@@ -28,6 +30,7 @@ class JmHost:
         # Outcomes of finished jobs: if a restarted RM re-admits one (its JobDone was lost),
         # the answer is repeated instead of running the job again.
         self.finished: dict[int, JobDone] = {}
+        self._progress_sent: dict[int, int] = {}   # job -> tasks done as last reported to the RM
 
     def handle(self, event, now: float, rng) -> list:
         t = type(event)
@@ -50,14 +53,18 @@ class JmHost:
                     self._reap(job_id, jm)
             return out
         if t is Timer:
+            if event.key == "report":
+                return self._host_report()
             job_id, key = event.key
             return self._route(job_id, Timer(key), now, rng)
         if t is StartJob:
             return self._start(event, now, rng)
-        if t is TokenGrant or t is CancelJob or t is ReclaimTokens:
+        if t is TokenGrant or t is CancelJob or t is ReclaimTokens or t is Holding:
             return self._route(event.job_id, event, now, rng)
+        if t is ReleaseJob:
+            return self._release(event, now)
         if t is Start:
-            return []
+            return self._host_report()
         return [Log("warn", (f"jm host ignored {t.__name__}",))]
 
     def _on_statuses(self, batches, now: float, rng) -> list:
@@ -68,22 +75,69 @@ class JmHost:
         route = self._route
         for b in batches:
             apply_row(b.server, b.matrix, b.matrix_time)
+            if b.job_id not in self.jms:
+                out += self._orphan_reports(b)
+                continue
             r = route(b.job_id, b, now, rng)
             if r:
                 out += r
         return out
 
+    def _orphan_reports(self, b: StatusBatch) -> list:
+        """Reports for a job this host no longer runs: attempts of a job that finished here are
+        still queued or running (their kill was lost): kill them again."""
+        if b.job_id not in self.finished:
+            return []
+        live = (int(TaskState.DISPATCHED), int(TaskState.RUNNING))
+        return [Send(f"pn:{b.server}", KillTask(r.job_id, r.task, r.attempt)) for r in b.reports if r.state in live]
+
     def _start(self, msg: StartJob, now: float, rng) -> list:
-        if msg.job_id in self.jms:
-            return []   # the RM re-admitted a job we already run (it restarted)
+        jm = self.jms.get(msg.job_id)
+        if jm is not None:
+            # the RM re-offered a job we run (its restart, or our answer was lost): a token grant
+            return self._route(msg.job_id, TokenGrant(msg.job_id, msg.tokens, msg.seq), now, rng)
         if msg.job_id in self.finished:
             return [Send(self.cfg.rm, self.finished[msg.job_id])]
-        jm = JmState(msg.job_id, msg.spec, msg.tokens, msg.submitted_at, self.cfg, self.view, msg.reply_to)
+        jm = JmState(msg.job_id, msg.spec, msg.tokens, msg.submitted_at, self.cfg, self.view, msg.reply_to,
+                     seq=msg.seq, generation=msg.generation, done=msg.done)
         self.jms[msg.job_id] = jm
         self.started += 1
         out = self._wrap(msg.job_id, jm.start(now, rng))
         self._reap(msg.job_id, jm)
         return out
+
+    def _release(self, msg: ReleaseJob, now: float) -> list:
+        """The RM no longer places this job here: drop its JM (killing its attempts if the job is
+        over; leaving them if another host adopted it)."""
+        jm = self.jms.pop(msg.job_id, None)
+        self._progress_sent.pop(msg.job_id, None)
+        if jm is None:
+            return []
+        out = jm.release(msg.kill, now)
+        return self._wrap(msg.job_id, out) + [Log("released", (msg.job_id, now, msg.kill))]
+
+    def _host_report(self) -> list:
+        """Every host_report_s: the jobs this host runs, each with the token seq its JM last
+        heard, its demand and CPUs held, and the done bitmaps of jobs that progressed."""
+        jms = self.jms
+        n = len(jms)
+        jobs = np.fromiter(jms.keys(), dtype=np.int64, count=n)
+        seqs = np.empty(n, dtype=np.int64)
+        demand = np.empty(n, dtype=np.int64)
+        running = np.empty(n, dtype=np.int64)
+        pj: list[int] = []
+        progress: list[bytes] = []
+        sent = self._progress_sent
+        for i, jm in enumerate(jms.values()):
+            seqs[i] = jm.token_seq
+            demand[i], running[i] = jm.demand_report()
+            if jm.done != sent.get(jm.job_id, 0):
+                sent[jm.job_id] = jm.done
+                pj.append(jm.job_id)
+                progress.append(jm.done_bitmap())
+        return [Send(self.cfg.rm, HostReport(self.cfg.host, jobs, seqs, demand, running,
+                                             np.asarray(pj, dtype=np.int64), progress)),
+                SetTimer(self.cfg.host_report_s, "report")]
 
     def _route(self, job_id: int, event, now: float, rng) -> list:
         jm = self.jms.get(job_id)
@@ -96,6 +150,7 @@ class JmHost:
     def _reap(self, job_id: int, jm: JmState) -> None:
         if jm.finished:
             del self.jms[job_id]
+            self._progress_sent.pop(job_id, None)
             self.finished[job_id] = JobDone(job_id, not jm.failed_reason, jm.failed_reason, jm.finished_at,
                                             jm.done)
 

@@ -19,8 +19,8 @@ import numpy as np
 from apollo.cluster import REMOTE, IoModel, Topology
 from apollo.effects import Log, Send, SetTimer, Timer
 from apollo.lifecycle import TaskState, step
-from apollo.messages import (CancelJob, Dispatch, JobDemand, JobDone, KillTask, StatusBatch,
-                             ProbeTask, ReclaimTokens, TaskSpec, TokenGrant, UpgradeTask)
+from apollo.messages import (CancelJob, Dispatch, Holding, JobDemand, JobDone, KillTask, ProbeJob, StatusBatch,
+                             ProbeTask, ReclaimTokens, TaskReport, TaskSpec, TokenGrant, UpgradeTask)
 from apollo.shapes import GRID, ShapeGrid
 from apollo.spec import JobSpec
 
@@ -89,6 +89,11 @@ class JmConfig:
     opportunistic: bool = True        # where the profile's gate allows: dispatch beyond tokens as opportunistic
     opportunistic_factor: float = 1.0  # allowance = factor * tokens
     rm: str = "rm"
+    host: str = "jmhost"              # the address of the JM host carrying the JMs (PNs report there)
+    host_report_s: float = 1.0        # the host tells the RM its jobs this often (HostReport)
+    # A JM adopting a job (its host died) asks every PN for the job's attempts and waits this
+    # long for the answers before it places anything.
+    adopt_wait_s: float = 0.2
     # Coalesce scheduling passes: a status change arms a zero-delay "sched" timer instead of
     # scheduling inline, so every report that arrives before it fires (in the live runtime: the
     # rest of the same network read) shares one pass and one batch. Off by default (the
@@ -145,11 +150,17 @@ class JmState:
                  "n", "outstanding_opp", "queued_seen", "reply_to", "server", "spec", "stage_of", "stages", "_prof",
                  "_fstates", "_keep",
                  "submitted_at", "tokens", "used_tokens", "view", "ready_t", "dispatch_t", "start_t",
-                 "passed_at", "exp_wait", "last_heard", "est_sent", "attempt", "state", "opp")
+                 "passed_at", "exp_wait", "last_heard", "est_sent", "attempt", "state", "opp",
+                 "token_seq", "generation", "_adopting", "_done_init")
 
     def __init__(self, job_id: int, spec: JobSpec, tokens: int, submitted_at: float,
-                 config: JmConfig, view, reply_to: str = "") -> None:
+                 config: JmConfig, view, reply_to: str = "", seq: int = 0, generation: int = 0,
+                 done: bytes = b"") -> None:
         self.job_id = job_id
+        self.token_seq = seq                    # the seq of the last token message applied
+        self.generation = generation            # > 0: adopting the job from a dead JM host
+        self._adopting = False                  # waiting for the PNs' Holding answers
+        self._done_init = done                  # tasks finished under an earlier home (packbits)
         self.spec = spec
         self.tokens = tokens
         self.submitted_at = submitted_at
@@ -191,6 +202,8 @@ class JmState:
         # report (or its dispatch); est_sent: runtime (with I/O) expected when it was sent
         i32 = np.zeros((2, n), dtype=np.int32)
         self.attempt, self.failures = i32
+        # Attempt numbers start above every earlier home's (whose attempts may still be at PNs).
+        self.attempt[:] = generation << 16
         i8 = np.zeros((4, n), dtype=np.int8)
         self.state, self.locality = i8[0], i8[1]
         self.opp, self.queued_seen = i8[2].view(bool), i8[3].view(bool)   # queued_seen: reported queued
@@ -223,18 +236,115 @@ class JmState:
     def _release_stage(self, st: Stage, now: float) -> None:
         st.released = True
         ids = st.offset + (-st.in_bytes).argsort(kind="stable")  # larger input first
-        self.state[st.offset:st.offset + st.n] = int(S.READY)
-        self.ready_t[st.offset:st.offset + st.n] = now
+        if st.remaining < st.n:        # an adopted job: tasks done under an earlier home stay done
+            ids = ids[self.state[ids] != DONE]
+            self.state[ids] = READY
+            self.ready_t[ids] = now
+        else:
+            self.state[st.offset:st.offset + st.n] = int(S.READY)
+            self.ready_t[st.offset:st.offset + st.n] = now
         st.ready.extend(ids.tolist())
 
     # ---- event entry -----------------------------------------------------------
     def start(self, now: float, rng) -> list:
         out: list = [Log("job_started", (self.job_id, now))]
+        if self._done_init:
+            self._mark_done(self._done_init)
         for st in self.stages:
-            if not st.parents:
+            if st.remaining and all(self.stages[p].remaining == 0 for p in st.parents):
                 self._release_stage(st, now)
+        if self.generation:
+            # Adopting: the PNs say which attempts of the job they hold before anything is placed.
+            self._adopting = True
+            probe = ProbeJob(self.job_id, self.generation, self.cfg.host)
+            out += [Send(f"pn:{s}", probe) for s in np.flatnonzero(self.view.alive).tolist()]
+            out.append(SetTimer(self.cfg.adopt_wait_s, "adopted"))
+            return out
+        if self.done == self.n:
+            self._finish(True, "", now, out)
+            return out
         self._schedule(now, rng, out)
         return out
+
+    def _mark_done(self, bitmap: bytes) -> None:
+        """Tasks an earlier home of the job finished (as the RM stored them): done, not re-run."""
+        done = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), count=self.n).astype(bool)
+        for t in np.flatnonzero(done).tolist():
+            st = self.stages[self.stage_of.item(t)]
+            self.state[t] = DONE
+            st.remaining -= 1
+            self.done += 1
+
+    def done_bitmap(self) -> bytes:
+        return np.packbits(self.state == DONE).tobytes()
+
+    def demand_report(self) -> tuple[int, int]:
+        """(CPUs it could use, CPUs its regular attempts hold): what HostReport carries."""
+        return self._report()
+
+    def release(self, kill: bool, now: float) -> list:
+        """The RM moved the job off this host (``kill``: the job is over; else another host
+        adopted it and its attempts are that host's now)."""
+        out: list = []
+        if kill and not self.finished:
+            for t in np.flatnonzero((self.state == DISPATCHED) | (self.state == RUNNING)).tolist():
+                out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
+        self.finished = True
+        return out
+
+    def _on_holding(self, msg: Holding, now: float, rng, out: list) -> None:
+        """A PN's attempts of this job, asked for when adopting it: each becomes this JM's own
+        (its slot counted, its reports heard) unless the task is done or has another attempt
+        already, in which case it is killed; attempts that ended there count as their reports."""
+        server = msg.server
+        for spec, rep in zip(msg.tasks, msg.reports):
+            self._adopt(spec, rep, server, now, rng, out)
+        for rep in msg.ended:
+            t = rep.task
+            if rep.state == DONE and 0 <= t < self.n and self.state.item(t) != DONE:
+                self._adopt(self._spec_for(t, rep.attempt), rep, server, now, rng, out)
+
+    def _spec_for(self, t: int, attempt: int) -> TaskSpec:
+        st = self.stages[self.stage_of.item(t)]
+        spec = st.spec
+        i = t - st.offset
+        return TaskSpec(self.job_id, t, attempt, st.index, spec.cpu, spec.mem_gb, float(spec.durations_s[i]),
+                        float(st.in_bytes[i]), REMOTE, st.est_runtime, False, spec.command, spec.env, spec.cwd,
+                        spec.timeout_s, spec.command is not None)
+
+    def _adopt(self, spec: TaskSpec, rep: TaskReport, server: int, now: float, rng, out: list) -> None:
+        t = spec.task
+        if not 0 <= t < self.n or spec.job_id != self.job_id:
+            return
+        cur = self.state.item(t)
+        ended = rep.state == DONE
+        if cur == DONE or (cur in (DISPATCHED, RUNNING) and not ended):
+            if not ended:
+                out.append(Send(f"pn:{server}", KillTask(self.job_id, t, spec.attempt)))
+            return
+        if cur in (DISPATCHED, RUNNING):          # our own attempt runs too, but this one is done
+            out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
+            self._attempt_over(t, now, out, "requeue", "superseded", blame=False, outcome="superseded")
+        if self.state.item(t) != READY:
+            return                                # (pending: its stage is not released; cannot be)
+        st = self.stages[self.stage_of.item(t)]
+        st.ready.remove(t)
+        self.state[t] = step(READY, "dispatch")
+        self.attempt[t] = spec.attempt           # (its next attempt is numbered above the base again)
+        self.server[t] = server
+        self.opp[t] = False
+        self.used_tokens += spec.cpu
+        self.dispatch_t[t] = now
+        self.last_heard[t] = now
+        self.exp_wait[t] = 0.0
+        self.est_sent[t] = spec.est_runtime_s
+        self.locality[t] = spec.locality
+        self.queued_seen[t] = False
+        self._sent[t] = spec
+        if self.cfg.probe_slack_s > 0:
+            self._watch_at = min(self._watch_at, float(self._silence_limits(t)))
+        out.append(Log("adopted", (self.job_id, t, spec.attempt, server)))
+        self._on_reports((rep,), server, now, rng, out)
 
     def handle(self, event, now: float, rng) -> list:
         if self.finished:
@@ -244,9 +354,17 @@ class JmState:
         if t is StatusBatch:
             self._on_status(event, now, rng, out)
         elif t is TokenGrant:
+            if event.seq and event.seq <= self.token_seq:
+                return out          # a duplicate, or overtaken by a newer one
+            self.token_seq = event.seq or self.token_seq
             self.tokens = event.tokens
             self._schedule(now, rng, out)
+        elif t is Holding:
+            self._on_holding(event, now, rng, out)
         elif t is ReclaimTokens:
+            if event.seq and event.seq <= self.token_seq:
+                return out
+            self.token_seq = event.seq or self.token_seq
             self.tokens = event.tokens
             self._keep = event.keep
             if event.within_s <= 0:
@@ -264,6 +382,12 @@ class JmState:
             elif event.key == "sched":
                 self._sched_armed = False
                 self._schedule(now, rng, out)
+            elif event.key == "adopted":
+                self._adopting = False
+                if self.done == self.n:
+                    self._finish(True, "", now, out)
+                else:
+                    self._schedule(now, rng, out)
         elif t is CancelJob:
             self._finish(False, "cancelled", now, out)
         return out
@@ -314,7 +438,8 @@ class JmState:
         late_move = move_due <= now
         late_probe = (probe_due <= now) & ~late_move
         for t in act[late_probe].tolist():
-            out.append(Send(f"pn:{int(self.server[t])}", ProbeTask(self.job_id, t, int(self.attempt[t]))))
+            out.append(Send(f"pn:{int(self.server[t])}", ProbeTask(self.job_id, t, int(self.attempt[t]),
+                                                                   cfg.host)))
         self.last_heard[act[late_probe]] = now
         rest = ~late_move
         nxt = np.minimum(move_due[rest], self._silence_limits(act[rest]) if cfg.probe_slack_s > 0 else inf[rest])
@@ -361,23 +486,27 @@ class JmState:
 
     # ---- status ----------------------------------------------------------------
     def _on_status(self, msg: StatusBatch, now: float, rng, out: list) -> None:
+        self._on_reports(msg.reports, msg.server, now, rng, out)
+
+    def _on_reports(self, reports, server: int, now: float, rng, out: list) -> None:
         changed = False
         n = self.n
         sent, state = self._sent, self.state
-        for r in msg.reports:
+        for r in reports:
             t = r.task
             if not 0 <= t < n:
                 continue  # a stranger
             spec = sent[t]
-            if spec is None or r.attempt != spec.attempt:
-                continue  # a stale attempt (duplicate, retried)
             # (.item: a plain Python number, without making a numpy scalar first)
             cur = state.item(t)
-            if cur != DISPATCHED and cur != RUNNING:
+            if spec is None or r.attempt != spec.attempt or (cur != DISPATCHED and cur != RUNNING):
+                if r.state == DISPATCHED or r.state == RUNNING:
+                    # an attempt we no longer want is still there (a kill was lost): kill it again
+                    out.append(Send(f"pn:{server}", KillTask(self.job_id, t, r.attempt)))
                 continue
             rs = r.state
             if rs == DONE:
-                self._task_done(t, cur, spec, r, msg.server, now, out)
+                self._task_done(t, cur, spec, r, server, now, out)
                 changed = True
             elif rs == DISPATCHED:       # it had to queue there
                 self.last_heard[t] = now
@@ -401,7 +530,7 @@ class JmState:
                 changed = True
             if self.finished:
                 return
-        if changed:
+        if changed and not self._adopting:
             if not self.cfg.coalesce:
                 self._schedule(now, rng, out)
             elif not self._sched_armed:
@@ -516,7 +645,7 @@ class JmState:
 
     def _schedule(self, now: float, rng, out: list) -> None:
         cfg = self.cfg
-        if not self._has_ready() and not self.outstanding_opp:
+        if (not self._has_ready() and not self.outstanding_opp) or self._adopting:
             return
         prof = self._prof
         gate = prof.gate
@@ -749,7 +878,10 @@ class JmState:
                     f.dispatched(fs, where[:n], now)
         self.used_tokens += float(cpu[:n_reg].sum())
         self.outstanding_opp += float(cpu[n_reg:].sum())
-        self.attempt[ids] += 1
+        if self.generation:     # above the attempts of earlier homes, adopted ones included
+            self.attempt[ids] = np.maximum(self.attempt[ids], self.generation << 16) + 1
+        else:
+            self.attempt[ids] += 1
         self.state[ids] = DISPATCHED
         self.server[ids] = srv
         self.opp[ids[:n_reg]] = False
@@ -812,7 +944,7 @@ class JmState:
                     spec.command is not None)
                 by_server.setdefault(s, []).append(task)
         for s, tasks in by_server.items():
-            out.append(Send(f"pn:{s}", Dispatch(self.job_id, tasks)))
+            out.append(Send(f"pn:{s}", Dispatch(self.job_id, tasks, cfg.host)))
         return n
 
     # ---- invariants ------------------------------------------------------------

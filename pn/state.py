@@ -16,12 +16,16 @@ import numpy as np
 
 from apollo.effects import Kill, Launch, Log, Send, SetTimer, Start, TaskExited, Timer
 from apollo.lifecycle import TaskState, step
-from apollo.messages import (Dispatch, Heartbeat, KillTask, ProbeTask, StatusBatch, TaskReport, TaskSpec,
-                             UpgradeTask)
+from apollo.messages import (Dispatch, Heartbeat, Holding, KillTask, ProbeJob, ProbeTask, StatusBatch, TaskReport,
+                             TaskSpec, UpgradeTask)
 from apollo.shapes import GRID, ShapeGrid
 
 from .queue import Profile, release_waits
 
+# Attempts a PN remembers (received, and how they ended): enough to drop a duplicated Dispatch
+# and to answer a probe or an adopting JM about an attempt that ended lately (its report may
+# have been lost) instead of having it run again.
+KNOWN_MAX = 4096
 NEVER_S = 1e9  # a wait that cannot happen (the shape exceeds the server); finite for the wire
 ABOUT_NOW_S = 1e-3   # the wait of a shape whose room should have freed by now but has not
 
@@ -91,7 +95,7 @@ class PnState:
     # (slots: 20,000 of these in a simulation, each touched at random; no per-object dict)
     __slots__ = ("server", "cfg", "boot_time", "queue", "opp_queue", "running", "free_cpu", "free_mem",
                  "_matrix", "_matrix_time", "_waits", "_planned_at", "_avail", "_overdue_at", "_last_m", "_last_t", "_hb_due",
-                 "_changed", "_quiet_due", "_revise_at", "_queued_due")
+                 "_changed", "_quiet_due", "_revise_at", "_queued_due", "known", "jm_at")
 
     def __init__(self, server: int, config: PnConfig) -> None:
         self.server = server
@@ -115,6 +119,8 @@ class PnState:
         self._quiet_due = 0.0                   # a heartbeat is due by then even if nothing changes
         self._revise_at = float("inf")          # a running task outlives its planned end then
         self._queued_due = float("inf")         # when the armed "queued" report timer fires
+        self.known: dict[tuple, TaskReport | None] = {}   # attempt key -> its end (None: held)
+        self.jm_at: dict[int, tuple[int, str]] = {}       # job -> (JM generation, host) its reports go to
 
     # ---- event entry -------------------------------------------------------
     def handle(self, event, now: float, rng) -> list:
@@ -133,6 +139,8 @@ class PnState:
             return self._on_upgrade(event, now, rng)
         if t is ProbeTask:
             return self._on_probe(event, now)
+        if t is ProbeJob:
+            return self._on_probe_job(event, now)
         if t is Start:
             self.boot_time = now
             return self._heartbeat(now)
@@ -144,7 +152,14 @@ class PnState:
         refused = []
         queued = False
         cfg = self.cfg
+        if msg.reply_to and msg.tasks:
+            self._reply_to(msg.job_id, msg.tasks[0].attempt >> 16, msg.reply_to)
+        known = self.known
         for spec in msg.tasks:
+            key = spec.key
+            if key in known:
+                continue            # a duplicate (the network delivered it twice)
+            known[key] = None
             if not (0 < spec.cpu <= cfg.cores + 1e-9 and 0 < spec.mem_gb <= cfg.mem_gb + 1e-9):
                 refused.append(TaskReport(spec.job_id, spec.task, spec.attempt, int(TaskState.FAILED),
                                           now, now, -1, f"needs {spec.cpu} cpu/{spec.mem_gb} GB; "
@@ -244,13 +259,37 @@ class PnState:
         a = self.running.get(key)
         if a is None:
             a = next((x for q in (self.queue, self.opp_queue) for x in q if x.spec.key == key), None)
+        if msg.reply_to:
+            self._reply_to(msg.job_id, msg.attempt >> 16, msg.reply_to)
         if a is None:
-            rep = TaskReport(*key, int(TaskState.READY), now, now, -1, "unknown attempt")
+            rep = self.known.get(key) or TaskReport(*key, int(TaskState.READY), now, now, -1, "unknown attempt")
         else:
             rep = TaskReport(*key, int(a.state), a.started_at if a.started_at >= 0 else now, 0.0, 0, "probed")
         out: list = []
         self._emit_reports(now, out, {msg.job_id: [rep]})
         return out
+
+    def _on_probe_job(self, msg: ProbeJob, now: float) -> list:
+        """A JM adopting the job: the attempts of it held here, and those that ended lately."""
+        self._reply_to(msg.job_id, msg.generation, msg.reply_to)
+        job = msg.job_id
+        tasks, reps = [], []
+        for a in [*self.running.values(), *self.queue, *self.opp_queue]:
+            s = a.spec
+            if s.job_id == job:
+                tasks.append(s)
+                reps.append(TaskReport(*s.key, int(a.state), a.started_at if a.started_at >= 0 else now, 0.0, 0,
+                                       "held"))
+        done = int(TaskState.DONE)
+        ended = [r for k, r in self.known.items() if k[0] == job and r is not None and r.state == done]
+        return [Send(msg.reply_to, Holding(job, self.server, tasks, reps, ended))]
+
+    def _reply_to(self, job_id: int, generation: int, host: str) -> None:
+        """Where the job's reports go from now: its newest JM home's host."""
+        cur = self.jm_at.get(job_id)
+        if cur is None or cur[0] <= generation:
+            if cur is None or cur[1] != host:
+                self.jm_at[job_id] = (generation, host)
 
     def _arm_queued_report(self, now: float, out: list) -> None:
         if self._queued_due == float("inf"):
@@ -537,8 +576,26 @@ class PnState:
                 self.cfg.fresh_reports and now - self._last_t >= self.cfg.replan_after_s)):
             self._reading(now)
         m, t = (self._matrix, self._matrix_time) if self._matrix is not None else (self._last_m, self._last_t)
+        known = self.known
+        live = (int(TaskState.DISPATCHED), int(TaskState.RUNNING))
         for job_id, reps in reports.items():
-            out.append(Send(f"jm:{job_id}", StatusBatch(job_id, self.server, reps, m, t)))
+            for r in reps:
+                if r.state not in live:
+                    known[(r.job_id, r.task, r.attempt)] = r
+            at = self.jm_at.get(job_id)
+            out.append(Send(at[1] if at is not None else f"jm:{job_id}", StatusBatch(job_id, self.server, reps, m, t)))
+        if len(known) > KNOWN_MAX:
+            self._forget_oldest()
+
+    def _forget_oldest(self) -> None:
+        """Keep the newest half of what is remembered (and every attempt still held)."""
+        held = set(self.running) | {a.spec.key for a in self.queue} | {a.spec.key for a in self.opp_queue}
+        keep = list(self.known.items())[len(self.known) // 2:]
+        self.known = {k: v for k, v in keep}
+        for k in held:
+            self.known.setdefault(k, None)
+        jobs = {k[0] for k in self.known}
+        self.jm_at = {j: v for j, v in self.jm_at.items() if j in jobs}
 
     # ---- invariants --------------------------------------------------------
     def validate(self) -> None:

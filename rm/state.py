@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from apollo.effects import Log, Persist, Send, SetTimer, Start, Timer
-from apollo.messages import (CancelJob, ClusterView, Heartbeat, JobAccepted, JobDemand, JobDone,
-                             ReclaimTokens, StartJob, SubmitJob, TokenGrant)
+from apollo.messages import (CancelJob, ClusterView, Heartbeat, HostReport, JobAccepted, JobDemand, JobDone,
+                             ReclaimTokens, ReleaseJob, StartJob, SubmitJob, TokenGrant)
 from apollo.spec import JobSpec
 
 from .queues import QueueError, QueueTree
 from .sharing import JobView, SharingPolicy, Snapshot, make_sharing_policy
-from .store import StoredJobs
+from .store import StoredJob, StoredJobs
 
 # A job that finds no free token waits for an allocation this soon, not for the next tick: on a
 # busy cluster every arrival would otherwise wait up to a whole tick (jobs arriving together
@@ -61,6 +61,10 @@ class RmConfig:
     lightly_loaded: int = 0          # list length; 0: max(8, servers // 10)
     jm_hosts: tuple[str, ...] = ("jmhost",)
     queues: QueueTree = field(default_factory=single_queue)
+    # A JM host that has not reported (HostReport) for this long is dead: its jobs move to
+    # another host, whose JMs adopt their attempts. JM hosts report every host_report_s.
+    host_dead_after_s: float = 5.0
+    host_report_s: float = 1.0
 
 
 @dataclass(slots=True)
@@ -78,6 +82,12 @@ class JobEntry:
     host: str = ""
     reclaim: tuple = ()              # the last give-back asked: (kill line, deadline)
     settle_until: float = -1.0       # no kill asked of it before then (the last one's effect is unknown)
+    key: str = ""                    # the client's idempotency key
+    seq: int = 0                     # seq of the last token message sent to its JM
+    last_tokens: object = None       # that message (re-sent to a JM that reports an older seq)
+    generation: int = 0              # JM homes it has had (a JM host died: the next one adopts)
+    offered_at: float = -1.0         # when StartJob was last sent to its host
+    done: bytes = b""                # its finished tasks, as its JM host last reported
 
     def view(self) -> JobView:
         s = self.spec
@@ -117,6 +127,15 @@ class RmState:
         self._published = None           # the queue state last persisted
         self._checked = None             # the last round's (snapshot, allocation), not yet validated
         self._started_at = 0.0
+        # JM hosts: when each last reported (all presumed alive at start), and which are alive
+        self.host_seen: dict[str, float] = {h: 0.0 for h in config.jm_hosts}
+        # Only a host heard from can be declared dead (a restarted RM has heard of all of them:
+        # they ran its jobs before)
+        self._heard: set[str] = set()
+        self.hosts_alive: list[str] = list(config.jm_hosts)
+        self.by_key: dict[str, int] = {}                  # idempotency key -> job id
+        self.outcomes: dict[int, JobDone] = {}            # finished jobs' answers (for retries)
+        self._seq = 0                    # token message seq; (RM boots << 32) + count
 
     @property
     def capacity(self) -> float:
@@ -140,15 +159,10 @@ class RmState:
         if t is JobDemand:
             e = self.jobs.get(event.job_id)
             if e is not None and e.state == "running":
-                e.demand = float(event.remaining)
-                e.running = float(event.running)
-                if e.admitted:
-                    if e.tokens > e.demand:
-                        self._slack.add(e.job_id)
-                    else:
-                        self._slack.discard(e.job_id)
-                self._tokens_dirty = True
+                self._note_demand(e, event.remaining, event.running)
             return []
+        if t is HostReport:
+            return self._on_host_report(event, now)
         if t is JobDone:
             return self._on_done(event, now)
         if t is CancelJob:
@@ -207,9 +221,10 @@ class RmState:
             self._alive_n = int(self.alive.sum())
             self._tokens_dirty = True
             out.append(Log("servers_dead", tuple(int(x) for x in np.flatnonzero(stale))))
+        out += self._check_hosts(now)
         view = ClusterView(now, self.matrices.ravel().copy(), self.stamps.copy(), self.boot_times.copy(),
                            self.alive.copy(), self.lightly_loaded())
-        out.extend(Send(h, view) for h in self.cfg.jm_hosts)
+        out.extend(Send(h, view) for h in self.hosts_alive)
         if self._tokens_dirty or self.positions or now >= self._policy_at:
             out.extend(self._round(now))
         return out
@@ -231,24 +246,158 @@ class RmState:
 
     def _on_submit(self, msg: SubmitJob, now: float) -> list:
         spec = msg.spec
+        if msg.key and msg.key in self.by_key:
+            return self._resubmitted(msg)
         why = self._fits_somewhere(spec)
         leaf, bad_queue = self._leaf_of(spec)
         why = why or bad_queue
         job_id = msg.job_id if msg.job_id >= 0 else self.next_job_id
-        if job_id in self.jobs:
+        if job_id in self.jobs or job_id in self.outcomes:
             why = why or f"job id {job_id} is already in use"
         if why:
             return [Send(msg.reply_to, JobAccepted(max(job_id, 0), spec.name, False, why)),
                     Log("job_refused", (job_id, spec.name, why))]
         self.next_job_id = max(self.next_job_id, job_id + 1)
-        e = JobEntry(job_id, spec, now, msg.reply_to, _first_demand(spec), leaf)
+        e = JobEntry(job_id, spec, now, msg.reply_to, _first_demand(spec), leaf, key=msg.key)
         self.jobs[job_id] = e
-        out: list = [Persist("put", (job_id, spec, now, msg.reply_to)),     # stored, then acknowledged
+        if msg.key:
+            self.by_key[msg.key] = job_id
+        out: list = [Persist("put", (job_id, spec, now, msg.reply_to, msg.key)),     # stored, then acknowledged
                      Log("job_submitted", (job_id, now, spec.total_tasks, leaf, spec.user))]
         start = self._admit_now(e, now)
         where = "" if e.admitted else f"waiting in queue {leaf} at position {self.positions[job_id][1]}"
         out.append(Send(msg.reply_to, JobAccepted(job_id, spec.name, True, where)))
         return out + start
+
+    def _resubmitted(self, msg: SubmitJob) -> list:
+        """A retried submission (same key): acknowledge the job stored for it again, and repeat
+        its outcome if it has finished (the first answers may have been lost)."""
+        job_id = self.by_key[msg.key]
+        e = self.jobs.get(job_id)
+        out: list = [Send(msg.reply_to, JobAccepted(job_id, msg.spec.name, True, "already stored"))]
+        if e is not None:
+            e.reply_to = msg.reply_to        # a restarted client listens elsewhere
+        done = self.outcomes.get(job_id)
+        if done is not None:
+            out.append(Send(msg.reply_to, done))
+        return out
+
+    # ---- token messages: every one numbered, the last kept to re-send --------------
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _grant(self, e: JobEntry, tokens: int) -> Send:
+        e.seq = seq = self._next_seq()
+        e.last_tokens = msg = TokenGrant(e.job_id, tokens, seq)
+        return Send(e.host, msg)
+
+    def _reclaim(self, e: JobEntry, keep: int, within_s: float) -> Send:
+        e.seq = seq = self._next_seq()
+        e.last_tokens = msg = ReclaimTokens(e.job_id, e.tokens, keep, within_s, seq)
+        return Send(e.host, msg)
+
+    def _offer(self, e: JobEntry, now: float) -> Send:
+        """StartJob to the job's host (first admission, a re-offer, or a new home)."""
+        e.seq = seq = self._next_seq()
+        e.offered_at = now
+        e.last_tokens = msg = StartJob(e.job_id, e.spec, e.tokens, e.submitted_at, e.reply_to, seq,
+                                       e.generation, e.done)
+        return Send(e.host, msg)
+
+    def _resend_tokens(self, e: JobEntry, now: float) -> Send | None:
+        m = e.last_tokens
+        if type(m) is ReclaimTokens and m.within_s > 0:
+            # the deadline stays where it was
+            left = max(0.0, e.reclaim[1] - now) if e.reclaim else 0.0
+            m = ReclaimTokens(m.job_id, m.tokens, m.keep, left, m.seq)
+        return Send(e.host, m) if m is not None else None
+
+    # ---- JM hosts ---------------------------------------------------------------------
+    def _on_host_report(self, r: HostReport, now: float) -> list:
+        """A JM host's jobs: re-send what it missed (a token message, a StartJob), learn its
+        jobs' demand and progress, tell it to drop jobs that are not its own (any more)."""
+        h = r.host
+        out: list = []
+        back = h not in self.hosts_alive
+        self.host_seen[h] = now
+        self._heard.add(h)
+        if back:
+            self.hosts_alive.append(h)
+            self.hosts_alive.sort()
+            out.append(Log("host_up", (h, now)))
+        held = set()
+        jobs = self.jobs
+        for job_id, seq, demand, running in zip(r.jobs.tolist(), r.seqs.tolist(), r.demand.tolist(),
+                                                r.running.tolist()):
+            e = jobs.get(job_id)
+            if e is None or e.state != "running":
+                out.append(Send(h, ReleaseJob(job_id, True)))      # finished, or cancelled: stop it
+                continue
+            if not e.admitted or not e.host:
+                # a restarted RM that had not re-admitted it yet: it is this host's
+                e.host = h
+                if not e.admitted:
+                    self._waiting_in[e.queue] -= 1
+                    self.positions.pop(job_id, None)
+                    out += self._admit(e, 0, now, offer=False)
+                out.append(Persist("home", (job_id, h, e.generation)))
+            elif e.host != h:
+                out.append(Send(h, ReleaseJob(job_id, False)))     # adopted by another host
+                continue
+            held.add(job_id)
+            if seq < e.seq:
+                m = self._resend_tokens(e, now)
+                if m is not None:
+                    out.append(m)
+            self._note_demand(e, demand, running)
+        for job_id, done in zip(r.progress_jobs.tolist(), r.progress):
+            e = jobs.get(job_id)
+            if e is not None and e.host == h and e.state == "running":
+                e.done = done
+                out.append(Persist("progress", (job_id, done)))
+        late = 2 * self.cfg.host_report_s
+        for e in jobs.values():
+            if e.host == h and e.admitted and e.job_id not in held and now - e.offered_at >= late:
+                out.append(self._offer(e, now))   # its StartJob was lost (or its JobDone: the host repeats it)
+        return out
+
+    def _check_hosts(self, now: float) -> list:
+        """Hosts silent for host_dead_after_s are dead; their jobs move to live ones."""
+        out: list = []
+        limit = self.cfg.host_dead_after_s
+        for h in list(self.hosts_alive):
+            if h in self._heard and now - self.host_seen.get(h, 0.0) > limit and now - self._started_at > limit:
+                self.hosts_alive.remove(h)
+                out.append(Log("host_dead", (h, now)))
+        if self.hosts_alive:
+            for e in self.jobs.values():
+                if e.admitted and e.state == "running" and e.host not in self.hosts_alive:
+                    out += self._rehome(e, now)
+        return out
+
+    def _rehome(self, e: JobEntry, now: float) -> list:
+        old = e.host
+        e.host = self._pick_host()
+        e.generation += 1
+        return [Persist("home", (e.job_id, e.host, e.generation)), self._offer(e, now),
+                Log("rehomed", (e.job_id, now, old, e.host))]
+
+    def _pick_host(self) -> str:
+        hosts = self.hosts_alive or list(self.cfg.jm_hosts)
+        h = hosts[self._host_rr % len(hosts)]
+        self._host_rr += 1
+        return h
+
+    def _note_demand(self, e: JobEntry, demand: float, running: float) -> None:
+        e.demand = float(demand)
+        e.running = float(running)
+        if e.admitted:
+            if e.tokens > e.demand:
+                self._slack.add(e.job_id)
+            else:
+                self._slack.discard(e.job_id)
+        self._tokens_dirty = True
 
     def _admit_now(self, e: JobEntry, now: float) -> list:
         """Admit a new job at once if its queue and user are below their limits, nobody waits
@@ -293,10 +442,10 @@ class RmState:
                 freed += e.tokens - keep
                 self._granted -= e.tokens - keep
                 e.tokens = keep
-                out.append(Send(f"jm:{job_id}", TokenGrant(job_id, keep)))
+                out.append(self._grant(e, keep))
         return freed
 
-    def _admit(self, e: JobEntry, tokens: int, now: float) -> list:
+    def _admit(self, e: JobEntry, tokens: int, now: float, offer: bool = True) -> list:
         e.admitted = True
         e.tokens = tokens
         self._granted += tokens
@@ -305,12 +454,15 @@ class RmState:
         leaf, user = e.queue, e.spec.user
         self._admitted_in[leaf] = self._admitted_in.get(leaf, 0) + 1
         self._user_in[(leaf, user)] = self._user_in.get((leaf, user), 0) + 1
-        hosts = self.cfg.jm_hosts
-        e.host = hosts[self._host_rr % len(hosts)]
-        self._host_rr += 1
         self._tokens_dirty = True  # the others' shares moved; sent at the next round
-        return [Send(e.host, StartJob(e.job_id, e.spec, e.tokens, e.submitted_at, e.reply_to)),
-                Log("job_admitted", (e.job_id, now, e.queue))]
+        out: list = [Log("job_admitted", (e.job_id, now, e.queue))]
+        if not offer:
+            return out
+        if not e.host or e.host not in self.hosts_alive:
+            e.host = self._pick_host()
+            if len(self.cfg.jm_hosts) > 1 or e.generation:
+                out.append(Persist("home", (e.job_id, e.host, e.generation)))
+        return [self._offer(e, now)] + out
 
     # ---- allocation rounds -----------------------------------------------------
     def _round(self, now: float) -> list:
@@ -339,7 +491,7 @@ class RmState:
                 self._slack.add(job_id)
             else:
                 self._slack.discard(job_id)
-            out.append(Send(f"jm:{job_id}", TokenGrant(job_id, tokens)))
+            out.append(self._grant(e, tokens))
         self._grant_cap = total
         owed = set()
         for r in alloc.reclaim:
@@ -354,13 +506,13 @@ class RmState:
             # the JM kills at the deadline by itself: nothing more is asked of it at once until
             # what that did has been heard
             e.settle_until = max(deadline, now) + SETTLE_VIEWS * self.cfg.view_interval_s
-            out.append(Send(f"jm:{r.job_id}", ReclaimTokens(r.job_id, e.tokens, r.tokens, r.within_s)))
+            out.append(self._reclaim(e, r.tokens, r.within_s))
             out.append(Log("reclaim", (r.job_id, now, e.queue, e.running - r.tokens, r.within_s)))
         for e in self.jobs.values():
             if e.reclaim and e.job_id not in owed and e.reclaim[1] > now:
                 # no longer owed (the shortfall was met as tasks ended): call the kill off
                 e.reclaim = ()
-                out.append(Send(f"jm:{e.job_id}", ReclaimTokens(e.job_id, e.tokens, KEEP_ALL, 0.0)))
+                out.append(self._reclaim(e, KEEP_ALL, 0.0))
             elif e.reclaim and e.job_id not in owed:
                 e.reclaim = ()
         self.positions = alloc.positions
@@ -423,6 +575,7 @@ class RmState:
             return []
         e.state = msg.state
         self._forget(e)
+        self.outcomes[msg.job_id] = msg
         out = [Persist("finish", (msg.job_id, e.state, msg.reason, now)), Send(e.reply_to, msg)]
         if e.admitted and self.positions:
             out += self._soon_round()       # its place may go to a waiting job
@@ -433,7 +586,7 @@ class RmState:
         if e is None or e.state != "running":
             return []
         if e.admitted:
-            return [Send(f"jm:{msg.job_id}", msg)]
+            return [Send(e.host, msg)]
         # Still waiting: no JM exists; the RM ends it.
         return self._on_done(JobDone(msg.job_id, False, "cancelled", now, 0), now)
 
@@ -441,23 +594,39 @@ class RmState:
         """After a restart, re-admit (or queue again) every stored job that had not finished; ids
         continue after the highest ever stored, finished jobs included."""
         self._started_at = now
+        self.host_seen = {h: now for h in self.host_seen}
         if stored is None:
             return []
+        boots = stored.boots + 1
+        if stored.boots:
+            self._heard = set(self.host_seen)
+        self._seq = boots << 32          # above every seq an earlier incarnation sent
+        out: list = [Persist("boot", (boots,))]
         self.next_job_id = max(self.next_job_id, stored.max_job_id + 1)
-        out: list = []
-        for job_id, spec, submitted_at, reply_to in stored.unfinished:
-            if job_id in self.jobs:
-                continue
-            leaf, why = self._leaf_of(spec)
-            if why:       # the queue file changed under it: it cannot run here any more
-                out += [Persist("finish", (job_id, "failed", why, now)),
-                        Send(reply_to, JobDone(job_id, False, why, now, 0))]
-                continue
-            e = JobEntry(job_id, spec, submitted_at, reply_to, _first_demand(spec), leaf)
-            self.jobs[job_id] = e
-            self.next_job_id = max(self.next_job_id, job_id + 1)
-            out.extend(self._admit_now(e, now))
+        for job_id, key, state, reason, at in stored.finished:
+            if key:
+                self.by_key[key] = job_id
+            self.outcomes[job_id] = JobDone(job_id, state == "done", reason if state != "done" else "", at or 0.0, 0)
+        for sj in stored.unfinished:
+            out += self._recover_job(sj, now)
         return out
+
+    def _recover_job(self, sj: StoredJob, now: float) -> list:
+        """An unfinished stored job, after a restart: admitted again, to the host it was on (whose
+        JM, if it still runs the job, takes the StartJob as a token grant), or queued again."""
+        if sj.job_id in self.jobs:
+            return []
+        leaf, why = self._leaf_of(sj.spec)
+        if why:       # the queue file changed under it: it cannot run here any more
+            return [Persist("finish", (sj.job_id, "failed", why, now)),
+                    Send(sj.reply_to, JobDone(sj.job_id, False, why, now, 0))]
+        e = JobEntry(sj.job_id, sj.spec, sj.submitted_at, sj.reply_to, _first_demand(sj.spec), leaf, key=sj.key,
+                     host=sj.host, generation=sj.generation, done=sj.done)
+        self.jobs[sj.job_id] = e
+        if sj.key:
+            self.by_key[sj.key] = sj.job_id
+        self.next_job_id = max(self.next_job_id, sj.job_id + 1)
+        return self._admit_now(e, now)
 
     def validate(self) -> None:
         if self._checked is not None:

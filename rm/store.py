@@ -20,55 +20,101 @@ from apollo.spec import JobSpec
 
 
 @dataclass(frozen=True)
+class StoredJob:
+    """An unfinished job as stored: what the RM needs to go on with it after a restart."""
+    job_id: int
+    spec: JobSpec
+    submitted_at: float
+    reply_to: str
+    key: str = ""                    # the client's idempotency key
+    host: str = ""                   # the JM host it was last placed on ("": not admitted)
+    generation: int = 0              # how many JM homes it has had (rm.state: re-homing)
+    done: bytes = b""                # its finished tasks as its JM last reported (packbits)
+
+
+@dataclass(frozen=True)
 class StoredJobs:
-    """What an RM (re)starting finds: the highest job id ever stored, and the unfinished jobs
-    as (job_id, spec, submitted_at, reply_to) in id order."""
+    """What an RM (re)starting finds: the highest job id ever stored, the unfinished jobs (in
+    id order), the finished ones' outcomes ((job_id, key, state, reason, at), to answer a
+    client's retry), and how many times an RM has started on this store before."""
     max_job_id: int
     unfinished: tuple
+    finished: tuple = ()
+    boots: int = 0
 
 
 class JobStore:
     def apply(self, p: Persist) -> None:
         """Carry out an RM's Persist: ("put", (job_id, spec, submitted_at, reply_to)) or
         ("finish", (job_id, state, reason, at))."""
-        if p.op == "put":
-            self.put(*p.args)
-        elif p.op == "finish":
-            self.finish(*p.args)
-        elif p.op == "queues":
-            self.queues(*p.args)
-        else:
+        op = self.OPS.get(p.op)
+        if op is None:
             raise ValueError(f"unknown job store operation {p.op!r}")
+        getattr(self, op)(*p.args)
+
+    # Persist op -> method: ("put", (job_id, spec, submitted_at, reply_to[, key])), ("finish",
+    # (job_id, state, reason, at)), ("home", (job_id, host, generation)), ("progress", (job_id,
+    # done bitmap)), ("boot", (boots,)), ("queues", ...).
+    OPS = {"put": "put", "finish": "finish", "queues": "queues", "home": "home", "progress": "progress",
+           "boot": "boot"}
 
     def recovered(self) -> StoredJobs:
-        return StoredJobs(self.max_job_id(), tuple(self.unfinished()))
+        return StoredJobs(self.max_job_id(), tuple(self.unfinished()), tuple(self.finished()), self.boots())
 
-    def put(self, job_id: int, spec: JobSpec, submitted_at: float, reply_to: str) -> None: ...
+    def put(self, job_id: int, spec: JobSpec, submitted_at: float, reply_to: str, key: str = "") -> None: ...
     def finish(self, job_id: int, state: str, reason: str, at: float) -> None: ...
+    def home(self, job_id: int, host: str, generation: int) -> None: ...
+    def progress(self, job_id: int, done: bytes) -> None: ...
+    def boot(self, boots: int) -> None: ...
+    def boots(self) -> int: ...
+    def finished(self) -> Iterator[tuple[int, str, str, str, float]]: ...
     def queues(self, at: float, shares: dict, running: dict, waiting: dict, positions: dict) -> None:
         """The queues' state at the RM's last allocation round (not needed for recovery)."""
 
-    def unfinished(self) -> Iterator[tuple[int, JobSpec, float, str]]: ...
+    def unfinished(self) -> Iterator[StoredJob]: ...
     def all(self) -> list[tuple[int, str, str, float, float | None, str]]: ...
     def max_job_id(self) -> int: ...
 
 
 class MemoryJobStore(JobStore):
+    # row: [spec, submitted_at, reply_to, state, finished_at, reason, key, host, generation, done]
     def __init__(self) -> None:
         self.rows: dict[int, list] = {}
+        self._boots = 0
 
-    def put(self, job_id, spec, submitted_at, reply_to):
-        self.rows[job_id] = [spec, submitted_at, reply_to, "running", None, ""]
+    def put(self, job_id, spec, submitted_at, reply_to, key=""):
+        self.rows[job_id] = [spec, submitted_at, reply_to, "running", None, "", key, "", 0, b""]
 
     def finish(self, job_id, state, reason, at):
         r = self.rows.get(job_id)
         if r is not None:
             r[3], r[4], r[5] = state, at, reason
 
+    def home(self, job_id, host, generation):
+        r = self.rows.get(job_id)
+        if r is not None:
+            r[7], r[8] = host, generation
+
+    def progress(self, job_id, done):
+        r = self.rows.get(job_id)
+        if r is not None:
+            r[9] = done
+
+    def boot(self, boots):
+        self._boots = boots
+
+    def boots(self):
+        return self._boots
+
     def unfinished(self):
-        for job_id, (spec, t, reply_to, state, _, _) in sorted(self.rows.items()):
-            if state == "running":
-                yield job_id, spec, t, reply_to
+        for job_id, r in sorted(self.rows.items()):
+            if r[3] == "running":
+                yield StoredJob(job_id, r[0], r[1], r[2], r[6], r[7], r[8], r[9])
+
+    def finished(self):
+        for job_id, r in sorted(self.rows.items()):
+            if r[3] != "running":
+                yield job_id, r[6], r[3], r[5], r[4]
 
     def all(self):
         return [(j, r[0].name, r[3], r[1], r[4], r[5]) for j, r in sorted(self.rows.items())]
@@ -85,17 +131,42 @@ class SqliteJobStore(JobStore):
         self.db.execute("""CREATE TABLE IF NOT EXISTS jobs (
             job_id INTEGER PRIMARY KEY, name TEXT, spec BLOB, submitted_at REAL, reply_to TEXT,
             state TEXT, finished_at REAL, reason TEXT)""")
+        # Added with RM restarts that keep their work (older stores gain them empty).
+        have = {r[1] for r in self.db.execute("PRAGMA table_info(jobs)")}
+        for col, decl in (("key", "TEXT DEFAULT ''"), ("host", "TEXT DEFAULT ''"),
+                          ("generation", "INTEGER DEFAULT 0"), ("done", "BLOB DEFAULT x''")):
+            if col not in have:
+                self.db.execute(f"ALTER TABLE jobs ADD COLUMN {col} {decl}")
+        self.db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER)")
         # The sharing plane's state at its last round, for `apollo queues` and `apollo job`.
         self.db.execute("""CREATE TABLE IF NOT EXISTS queue_state (
             path TEXT PRIMARY KEY, share REAL, running INTEGER, waiting INTEGER, at REAL)""")
         self.db.execute("""CREATE TABLE IF NOT EXISTS waiting (
             job_id INTEGER PRIMARY KEY, queue TEXT, position INTEGER)""")
 
-    def put(self, job_id, spec, submitted_at, reply_to):
+    def put(self, job_id, spec, submitted_at, reply_to, key=""):
         blob = msgpack.packb(JOB[0](spec), use_bin_type=True)
         # A plain INSERT: an id is never reused, so a clash is a bug to hear about, not to paper over.
-        self.db.execute("INSERT INTO jobs VALUES (?,?,?,?,?,'running',NULL,'')",
-                        (job_id, spec.name, blob, submitted_at, reply_to))
+        self.db.execute("INSERT INTO jobs (job_id, name, spec, submitted_at, reply_to, state, finished_at, reason,"
+                        " key) VALUES (?,?,?,?,?,'running',NULL,'',?)",
+                        (job_id, spec.name, blob, submitted_at, reply_to, key))
+
+    def home(self, job_id, host, generation):
+        self.db.execute("UPDATE jobs SET host=?, generation=? WHERE job_id=?", (host, generation, job_id))
+
+    def progress(self, job_id, done):
+        self.db.execute("UPDATE jobs SET done=? WHERE job_id=?", (done, job_id))
+
+    def boot(self, boots):
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('boots', ?)", (boots,))
+
+    def boots(self):
+        row = self.db.execute("SELECT value FROM meta WHERE name='boots'").fetchone()
+        return row[0] if row else 0
+
+    def finished(self):
+        return self.db.execute("SELECT job_id, key, state, reason, finished_at FROM jobs WHERE state!='running'"
+                               " ORDER BY job_id").fetchall()
 
     def finish(self, job_id, state, reason, at):
         self.db.execute("UPDATE jobs SET state=?, finished_at=?, reason=? WHERE job_id=?",
@@ -113,10 +184,11 @@ class SqliteJobStore(JobStore):
 
     def unfinished(self):
         rows = self.db.execute(
-            "SELECT job_id, spec, submitted_at, reply_to FROM jobs WHERE state='running' ORDER BY job_id").fetchall()
-        for job_id, blob, t, reply_to in rows:
+            "SELECT job_id, spec, submitted_at, reply_to, key, host, generation, done FROM jobs"
+            " WHERE state='running' ORDER BY job_id").fetchall()
+        for job_id, blob, t, reply_to, key, host, gen, done in rows:
             spec = JOB[1](msgpack.unpackb(blob, raw=False), f"stored job {job_id}")
-            yield job_id, spec, t, reply_to
+            yield StoredJob(job_id, spec, t, reply_to, key or "", host or "", gen or 0, bytes(done or b""))
 
     def max_job_id(self):
         return self.db.execute("SELECT COALESCE(MAX(job_id), -1) FROM jobs").fetchone()[0]

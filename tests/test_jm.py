@@ -285,7 +285,7 @@ def test_an_attempt_not_heard_of_is_probed_and_placed_again_if_its_server_lost_i
     assert [(p.to, p.msg.task, p.msg.attempt) for p in probes] == [(to, 0, 1)]
     # The server never got it: it says so, and the task goes out again.
     pn = PnState(int(to[3:]), PnConfig())
-    answer = [e.msg for e in pn.handle(probes[0].msg, limit, Rng()) if isinstance(e, Send) and e.to == "jm:1"]
+    answer = [e.msg for e in pn.handle(probes[0].msg, limit, Rng()) if isinstance(e, Send) and e.to == j.cfg.host]
     assert answer[0].reports[0].state == int(TaskState.READY)
     out = j.handle(answer[0], limit, Rng())
     assert [t.attempt for _, t in dispatched(out)] == [2]
@@ -304,7 +304,7 @@ def test_a_probed_attempt_that_is_running_stays():
     pn.handle(Dispatch(1, [task]), 0.0, Rng())      # started on arrival: no report yet
     limit = float(j._silence_limits(np.array([0]))[0])
     probe = next(e.msg for e in j.on_view(limit, Rng()) if isinstance(e, Send) and isinstance(e.msg, ProbeTask))
-    answer = next(e.msg for e in pn.handle(probe, limit, Rng()) if isinstance(e, Send) and e.to == "jm:1")
+    answer = next(e.msg for e in pn.handle(probe, limit, Rng()) if isinstance(e, Send) and e.to == j.cfg.host)
     out = j.handle(answer, limit, Rng())
     assert j.state[0] == TaskState.RUNNING and not dispatched(out)
     assert j._watch_at > limit                      # next probe only after another quiet period

@@ -317,7 +317,7 @@ async def test_persist_runs_before_later_effects_and_a_failed_write_stops_them(t
     try:
         rt.inject("p", SubmitJob(5, spec, "sink"))
         await wait_until(lambda: any(type(ev) is JobAccepted for ev, _ in sink.seen))
-        assert [j for j, *_ in store.unfinished()] == [5]
+        assert [j.job_id for j in store.unfinished()] == [5]
         store.fail = True
         rt.inject("p", SubmitJob(6, spec, "sink"))
         await wait_until(lambda: rt.errors == 1)

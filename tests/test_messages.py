@@ -36,9 +36,9 @@ def test_codes_are_unique_and_registered():
 @pytest.mark.parametrize("raw, needle", [
     ([999], "unknown message type code 999"),
     ("x", "non-empty array"),
-    ([4, 1], "expected 2 fields, got 1"),
-    ([4, 1, "many"], "TokenGrant.tokens: expected an integer"),
-    ([4, -1, 2], "TokenGrant.job_id: expected >= 0"),
+    ([4, 1], "expected 3 fields, got 1"),
+    ([4, 1, "many", 0], "TokenGrant.tokens: expected an integer"),
+    ([4, -1, 2, 0], "TokenGrant.job_id: expected >= 0"),
     ([8, 1, 0.0, 1.0, b"abc", 0, 0, 1.0], "Heartbeat.matrix: 3 bytes"),
 ])
 def test_decode_errors_name_the_field(raw, needle):

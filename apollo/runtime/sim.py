@@ -44,8 +44,17 @@ HUGEPAGES_EVERY = 1 << 18
 @dataclass(slots=True)
 class NetModel:
     latency_s: float = 0.0005     # one-way base latency
-    jitter_s: float = 0.0002      # mean of an exponential extra delay
+    jitter_s: float = 0.0002      # mean of an exponential extra delay (a large one reorders)
     loss: float = 0.0             # probability a message is dropped
+    dup: float = 0.0              # probability a message is delivered twice (each copy its own delay)
+
+
+@dataclass(slots=True)
+class Partition:
+    """From ``start`` to ``end`` no message crosses between ``inside`` and everyone else."""
+    start: float
+    end: float
+    inside: frozenset
 
 
 class _Node:
@@ -112,6 +121,7 @@ class SimRuntime:
         # Running tasks' exits are queue entries; a killed task's entry is skipped when it comes
         # up (kills are rare: the set stays small and a plain exit costs no lookup).
         self.killed: set[tuple] = set()
+        self.partitions: list[Partition] = []
         self.events = 0
         self.messages = 0
         self.dropped = 0
@@ -178,6 +188,11 @@ class SimRuntime:
     def inject(self, to: str, msg: Any, delay: float = 0.0) -> None:
         """Send from outside any actor (a client, a test)."""
         self._send(to, msg, delay)
+
+    def deliver_now(self, address: str, event: Any) -> None:
+        """Hand ``event`` to the actor at ``address`` now, as if it came from within (a client's
+        own decision to submit)."""
+        self._deliver_local(address, event)
 
     # ---- the loop ----------------------------------------------------------------
     def _push(self, t: float, kind: int, node: "_Node | None", item: Any, epoch: int = 0) -> None:
@@ -263,13 +278,30 @@ class SimRuntime:
         self._delays = (jitter + net.latency_s).tolist()
         self._next_delay = 0
 
-    def _send(self, to: str, msg: Any, extra_delay: float = 0.0) -> None:
-        if self.net.loss and self._rand.random() < self.net.loss:
+    def _cut(self, src: str, node: "_Node") -> bool:
+        """Whether a partition now separates ``src`` from ``node``."""
+        now = self.now
+        for p in self.partitions:
+            if p.start <= now < p.end and ((src in p.inside) != (node.address in p.inside)):
+                return True
+        return False
+
+    def _send(self, to: str, msg: Any, extra_delay: float = 0.0, src: str = "") -> None:
+        net = self.net
+        if net.loss and self._rand.random() < net.loss:
             self.dropped += 1
             return
         node = self.nodes.get(to) or self._routed_node(to)
         if node is None:
             return
+        if self.partitions and self._cut(src, node):
+            self.dropped += 1
+            return
+        if net.dup and self._rand.random() < net.dup:
+            self._enqueue(node, msg, extra_delay)
+        self._enqueue(node, msg, extra_delay)
+
+    def _enqueue(self, node: "_Node", msg: Any, extra_delay: float) -> None:
         self.messages += 1
         self.seq += 1
         i = self._next_delay             # this message's network delay: the next drawn
@@ -297,7 +329,7 @@ class SimRuntime:
         for e in effects:
             te = type(e)
             if te is Send:
-                self._send(e.to, e.msg)
+                self._send(e.to, e.msg, 0.0, node.address)
             elif te is SetTimer:
                 self.seq = seq = self.seq + 1
                 node.timers[e.key] = seq
