@@ -70,7 +70,7 @@ def demo(out: Path, trace: str | None = None, pns: int = 16, racks: int = 4, pro
     console.print(f"cluster up in {info['startup_s']:.2f} s; replaying {len(workload.jobs)} jobs / "
                   f"{workload.total_tasks} tasks of {workload.name} (task times / {speedup:.1f})")
     if info.get("http"):
-        console.print(f"dashboard (live while the demo runs): http://{info['http']}/  (metrics: /metrics)")
+        console.print(f"dashboard while it runs: http://{info['http']}/")
     try:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console) as bar:
