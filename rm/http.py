@@ -36,7 +36,6 @@ POLL_S = 0.5          # how often the record files are read
 STREAM_S = 1.0        # how often the dashboard's feed sends
 PAGE = Path(__file__).with_name("dashboard.html")
 
-VIEWS = web.AppKey("views", Views)
 CLOSING = web.AppKey("closing", asyncio.Event)
 
 
@@ -75,7 +74,6 @@ def _token_check(secret: str):
 
 def make_app(views: Views, watch: Watch, registry, folder: Path, secret: str | None) -> web.Application:
     app = web.Application(middlewares=[_token_check(secret)] if secret else [])
-    app[VIEWS] = views
     app[CLOSING] = asyncio.Event()
     page = PAGE.read_bytes()
 
@@ -111,8 +109,8 @@ def make_app(views: Views, watch: Watch, registry, folder: Path, secret: str | N
                     await asyncio.wait_for(closing.wait(), STREAM_S)
                 except asyncio.TimeoutError:
                     pass
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass                       # the page went away, or the server is stopping
+        except ConnectionResetError:
+            pass                       # the page went away
         return resp
 
     async def on_shutdown(app):

@@ -9,7 +9,7 @@ events and a short history of the queues' shares, for the API and dashboard.
 """
 from __future__ import annotations
 
-import time
+import logging
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +48,10 @@ class HeartbeatTap:
                     if type(hb) is Heartbeat:
                         self.note(hb)
             return inner(event, now, rng)
-        rm.handle = handle      # the runtime looks handle up on the instance at every event
+        try:
+            rm.handle = handle      # the runtime looks handle up on the instance at every event
+        except AttributeError:      # an actor with __slots__: no counts, but the RM itself goes on
+            logging.getLogger("apollo.http").warning("cannot tap the RM's heartbeats: no busy cores or queues shown")
 
     def note(self, hb: Heartbeat) -> None:
         s = hb.server
@@ -76,7 +79,7 @@ class JobTally:
 
 
 class Watch:
-    def __init__(self, folder: Path, rm, metrics=None, clock=time.monotonic) -> None:
+    def __init__(self, folder: Path, rm, metrics=None) -> None:
         self.rm = rm
         self.tap = HeartbeatTap(rm)
         self.tail = EventTail(Path(folder), kinds=KINDS, keep=False, max_bytes=4 << 20)

@@ -155,8 +155,9 @@ def test_metrics_and_api_on_a_live_cluster(cluster):
         status, body = get(f"{base}/metrics")
         assert status == 200
         fams = families(body.decode())
-        return fams if value(fams, "apollo_task_attempts_total", outcome="done") >= 8 else None
-    fams = poll(scrape, 5, "the short jobs' attempts in /metrics")
+        done = value(fams, "apollo_task_attempts_total", outcome="done") >= 8
+        return fams if done and value(fams, "apollo_running_jobs", queue="root") == 1 else None
+    fams = poll(scrape, 5, "the short jobs' attempts in /metrics, and them gone from the RM")
     ours = sorted(n for n in fams if n.startswith("apollo_"))
     assert len(ours) >= 8, ours
     assert {"apollo_tasks", "apollo_pending_jobs", "apollo_running_jobs", "apollo_queue_share_cores",
@@ -202,14 +203,14 @@ def test_dashboard_in_a_browser_shows_servers_and_running_jobs(cluster, tmp_path
                     servers: [...document.querySelectorAll('#servers .server')].map(e => e.dataset.id),
                     racks: document.querySelectorAll('#servers .rack').length,
                     busy: [...document.querySelectorAll('#servers .server[data-state=alive] .v')].filter(e => !e.textContent.startsWith('0.0')).length,
-                    tasks: document.getElementById('f-running').textContent,
+                    tasks: +document.getElementById('f-running').textContent + +document.getElementById('f-queued').textContent,
                     running: [...document.querySelectorAll('#jobs tbody tr[data-state=running]')].map(e => +e.dataset.job),
                     queues: [...document.querySelectorAll('#queues tbody tr')].map(e => e.dataset.queue),
                     lines: document.querySelectorAll('#chart polyline').length})"""
                 deadline = time.monotonic() + 8
                 while True:
                     dom = json.loads(await b.evaluate(probe) or "{}")
-                    if dom.get("status") == "live" and sorted(dom["running"]) == ids and dom["tasks"] == "6":
+                    if dom.get("status") == "live" and sorted(dom["running"]) == ids and dom["tasks"] == 6:
                         break
                     assert time.monotonic() < deadline, f"the dashboard did not show the running jobs: {dom}"
                     await asyncio.sleep(0.2)
