@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -36,14 +37,39 @@ def _simulate(args: argparse.Namespace) -> int:
                     **({"heartbeat_s": args.heartbeat} if args.heartbeat is not None else {}))
     if args.load:
         workload.scaled_to_load(args.load, cfg.servers * cfg.cores)
+    from apollo.simulate import crash_address
+    cfg.net.dup = args.dup
+    cfg.jm_hosts = args.jm_hosts
     for spec in args.crash or []:
+        parts = spec.split(":")              # T:WHO:DOWN, WHO itself may be jm:K
         try:
-            t, server, down = (float(x) for x in spec.split(":"))
+            if len(parts) < 3:
+                raise ValueError
+            cfg.crashes.append((float(parts[0]), crash_address(":".join(parts[1:-1])), float(parts[-1])))
         except ValueError:
-            print(f"apollo simulate: --crash takes TIME:SERVER:DOWN_FOR, got {spec!r}", file=sys.stderr)
+            print(f"apollo simulate: --crash takes TIME:WHO:DOWN_FOR (WHO: a server number, rm, or jm:K), "
+                  f"got {spec!r}", file=sys.stderr)
             return 2
-        cfg.crashes.append((t, int(server), down))
-    return _show(run_simulation(workload, cfg), args.json)
+    try:
+        report = run_simulation(workload, cfg)
+    except ValueError as e:
+        print(f"apollo simulate: {e}", file=sys.stderr)
+        return 2
+    return _show(report, args.json)
+
+
+def _chaos(args) -> int:
+    from apollo.chaos import run_chaos
+
+    def progress(r: dict) -> None:
+        if r["why"]:
+            print(f"seed {r['seed']} FAILED: {r['why']}\n  replay: {r['replay']}", flush=True)
+    out = run_chaos(args.seeds, args.start, workers=args.workers, progress=progress)
+    print(f"{out['passed']}/{out['seeds']} seeds passed in {out['wall_s']:.1f} s; faults: "
+          + ", ".join(f"{k} {v}" for k, v in out["faults"].items()))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0 if out["passed"] == out["seeds"] else 1
 
 
 def _delay(text: str | None) -> tuple[float, float] | None:
@@ -318,7 +344,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--slow-fraction", type=float, default=0.0, help="fraction of slow servers")
     s.add_argument("--opportunistic", action="store_true",
                    help="Apollo: dispatch beyond tokens as opportunistic (preemptible) tasks")
-    s.add_argument("--crash", action="append", metavar="T:SERVER:DOWN", help="crash a PN at T for DOWN s")
+    s.add_argument("--dup", type=float, default=0.0, help="chance a message is delivered twice")
+    s.add_argument("--jm-hosts", type=int, default=1, help="JM host actors the RM spreads jobs over")
+    s.add_argument("--crash", action="append", metavar="T:WHO:DOWN",
+                   help="crash an actor at T for DOWN s: WHO is a server number, rm, or jm:K (JM host K)")
+
+    ch = sub.add_parser("chaos", help="seeded simulations with random faults; invariants checked every event")
+    ch.add_argument("--seeds", type=int, default=100)
+    ch.add_argument("--start", type=int, default=0, help="the first seed")
+    ch.add_argument("--workers", type=int, default=0, help="processes (default: one per core)")
+    ch.add_argument("--json", help="write {seeds, passed, failed, wall_s, faults} here")
 
     b = sub.add_parser("bench", help="benchmarks (matching, scale)")
     b.add_argument("name")
@@ -390,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "simulate":
             return _simulate(args)
         handlers = {"cluster": _cluster, "submit": _submit, "jobs": _jobs, "job": _job, "cancel": _cancel,
-                    "replay": _replay, "demo": _demo, "queues": _queues,
+                    "replay": _replay, "demo": _demo, "queues": _queues, "chaos": _chaos,
                     "dashboard": _dashboard}
         if args.cmd in handlers:
             return handlers[args.cmd](args)

@@ -27,8 +27,9 @@ from rm.queues import load_queue_file
 from rm.state import RmConfig, RmState, single_queue
 from rm.store import SqliteJobStore
 
+# (job_admitted and allocation: the report's per-queue figures; the last five: its control counts)
 RECORDED = {"attempt", "job_done", "job_submitted", "job_refused", "decisions", "preempted", "upgraded", "warn",
-            "job_admitted", "allocation"}     # the report's per-queue figures read the last two
+            "job_admitted", "allocation", "adopted", "rehomed", "host_dead", "host_up", "released"}
 
 
 class EventFile:

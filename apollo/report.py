@@ -89,6 +89,12 @@ class AttemptLog:
         return self._all()[i]
 
 
+# What the control plane did, counted in the report's "control": attempts a JM adopted from the
+# PNs after its host died, jobs moved to another JM host, JM hosts found dead or back, jobs a
+# host was told to drop.
+CONTROL_EVENTS = ("adopted", "rehomed", "host_dead", "host_up", "released")
+
+
 @dataclass
 class Recorder:
     attempts: Any = field(default_factory=list)   # a list, or an AttemptLog (the simulator)
@@ -101,8 +107,11 @@ class Recorder:
     allocations: list = field(default_factory=list)   # (t, capacity, {leaf: (share, holding, demand, guarantee, ...)})
     preempted: int = 0
     upgraded: int = 0
+    control: dict = field(default_factory=dict)       # control-plane events (CONTROL_EVENTS) -> count
 
     def __call__(self, kind: str, data: tuple, now: float) -> None:
+        if kind in CONTROL_EVENTS:
+            self.control[kind] = self.control.get(kind, 0) + 1
         if kind == "attempt":
             self.attempts.append(data)
         elif kind == "decisions":
@@ -204,12 +213,27 @@ def build_report(rec: Recorder, *, mode: str, workload: dict, cluster: dict, sch
     att = rec.attempts
     outcome = np.array([r[A_OUTCOME] for r in att]) if att else np.zeros(0, dtype=str)
     ok = outcome == "done"
+    # A task's result counts once: a second successful attempt of the same task (a JM host died
+    # after its task ended and before the RM heard, and the task ran again) is not a second result.
+    dup_results = 0
+    seen: set = set()
+    for i in np.flatnonzero(ok).tolist():
+        r = att[i]
+        key = (r[A_JOB], r[A_STAGE], r[A_TASK])
+        if key in seen:
+            ok[i] = False
+            dup_results += 1
+        else:
+            seen.add(key)
     done_rows = [r for r, o in zip(att, ok) if o]
     qdelay = [r[A_START] - r[A_READY] for r in done_rows if r[A_START] >= 0]
     with_input = [r[A_LOC] for r in done_rows if r[A_HAS_INPUT]]
     loc = np.bincount(np.array(with_input, dtype=np.int64), minlength=3) if with_input else np.zeros(3)
     loc_total = max(loc.sum(), 1)
-    jobs_ok = [d for d in rec.done if d[1]]
+    ended: dict = {}
+    for d in rec.done:                   # a job ends once (a re-homed job's first end counts)
+        ended.setdefault(d[0], d)
+    jobs_ok = [d for d in ended.values() if d[1]]
     jct = [d[3] - d[2] for d in jobs_ok]
     small_jct = [d[3] - d[2] for d in jobs_ok if d[4] <= SMALL_JOB_TASKS]
     t0 = min((s[1] for s in rec.submitted), default=0.0)
@@ -232,11 +256,12 @@ def build_report(rec: Recorder, *, mode: str, workload: dict, cluster: dict, sch
         "cluster": cluster,
         "scheduler": scheduler,
         "jobs": {"submitted": len(rec.submitted), "completed": len(jobs_ok),
-                 "failed": len(rec.done) - len(jobs_ok), "refused": len(rec.refused)},
+                 "failed": len(ended) - len(jobs_ok), "refused": len(rec.refused)},
         "tasks": {"submitted": int(sum(s[2] for s in rec.submitted)), "completed": completed,
                   "failed": int((outcome == "failed").sum()), "duplicates": int((outcome == "moved").sum()), "clones": 0,
                   "opportunistic": int(sum(1 for r in att if r[A_OPP])),
-                  "preempted": int((outcome == "preempted").sum()), "upgraded": rec.upgraded},
+                  "preempted": int((outcome == "preempted").sum()), "upgraded": rec.upgraded,
+                  "results_discarded": dup_results},
         "job_completion_s": stats(jct),
         "small_job_completion_s": stats(small_jct),
         "task_queue_delay_s": stats(qdelay),
@@ -248,6 +273,7 @@ def build_report(rec: Recorder, *, mode: str, workload: dict, cluster: dict, sch
         "throughput": {"wall_s": wall_s, "tasks_per_wall_s": completed / wall_s if wall_s > 0 else 0.0,
                        "decisions_per_wall_s": rec.decisions / wall_s if wall_s > 0 else 0.0},
         "sim_time_s": sim_time_s,
+        "control": {k: rec.control.get(k, 0) for k in CONTROL_EVENTS},
     }
 
 

@@ -222,7 +222,11 @@ def run_simulation(workload: Workload, cfg: SimConfig) -> dict:
     rt, rec, client, meta = build(cfg, workload)
     t0 = time.perf_counter()
     rt.run(until=cfg.max_sim_s)
-    wall = time.perf_counter() - t0
+    return run_report(cfg, workload, rt, rec, meta, time.perf_counter() - t0)
+
+
+def run_report(cfg: SimConfig, workload: Workload, rt: SimRuntime, rec: Recorder, meta: dict, wall_s: float) -> dict:
+    """The report of a run made by ``build`` (``wall_s``: how long it ran)."""
     topo = meta["topology"]
     policies = meta["profile"].describe(cfg.opportunistic)
     return build_report(
@@ -233,7 +237,7 @@ def run_simulation(workload: Workload, cfg: SimConfig) -> dict:
         scheduler={"name": cfg.scheduler, "policies": policies + [f"tokens:{meta['token_policy']}"],
                    "config": {"seed": cfg.seed, "wire": cfg.wire, "heartbeat_s": cfg.heartbeat_s,
                               "fresh_reports": cfg.fresh_reports,
-                              "latency_s": cfg.net.latency_s, "loss": cfg.net.loss,
+                              "latency_s": cfg.net.latency_s, "loss": cfg.net.loss, "dup": cfg.net.dup,
                               "fail_prob": cfg.fail_prob, "slow_fraction": cfg.slow_fraction,
-                              "crashes": len(cfg.crashes)}},
-        capacity_cpus=topo.total_cores, wall_s=wall, sim_time_s=rt.now)
+                              "crashes": len(cfg.crashes), "jm_hosts": cfg.jm_hosts}},
+        capacity_cpus=topo.total_cores, wall_s=wall_s, sim_time_s=rt.now)

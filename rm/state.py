@@ -211,6 +211,7 @@ class RmState:
 
     def _tick(self, now: float) -> list:
         out: list = [SetTimer(self.cfg.view_interval_s, "tick")]
+        out += self._check_hosts(now)
         if now - self._started_at < self.cfg.dead_after_s and not self.alive.all():
             # Just (re)started: servers we have not heard from yet are unknown, not dead. A view
             # now would tell every JM to give up its running tasks; their stale view is better.
@@ -221,7 +222,6 @@ class RmState:
             self._alive_n = int(self.alive.sum())
             self._tokens_dirty = True
             out.append(Log("servers_dead", tuple(int(x) for x in np.flatnonzero(stale))))
-        out += self._check_hosts(now)
         view = ClusterView(now, self.matrices.ravel().copy(), self.stamps.copy(), self.boot_times.copy(),
                            self.alive.copy(), self.lightly_loaded())
         out.extend(Send(h, view) for h in self.hosts_alive)

@@ -1,0 +1,123 @@
+"""The control plane under loss, duplication and crashes: unit tests on the states, and seeded
+simulations (every actor's validate() after every event)."""
+import numpy as np
+import pytest
+
+from apollo.chaos import check_seed
+from apollo.effects import Send, Start
+from apollo.lifecycle import TaskState
+from apollo.messages import (Dispatch, Holding, HostReport, JobAccepted, JobDone, ProbeJob, ProbeTask, ReleaseJob,
+                             StartJob, SubmitJob, TaskSpec, TokenGrant)
+from apollo.runtime.sim import NetModel
+from apollo.simulate import SimConfig, run_simulation
+from apollo.spec import JobSpec, StageSpec
+from apollo.workloads import load_workload
+from pn.state import PnConfig, PnState
+from rm.state import RmConfig, RmState
+from rm.store import MemoryJobStore
+
+
+class Rng:
+    def random(self):
+        return 0.5
+
+
+def job(n=4, name="j"):
+    return JobSpec(name, [StageSpec("map", n, np.full(n, 1.0))])
+
+
+def sends(out, cls):
+    return [e for e in out if isinstance(e, Send) and isinstance(e.msg, cls)]
+
+
+def task(t=0, attempt=1):
+    return TaskSpec(1, t, attempt, 0, 1.0, 1.0, 5.0, 0.0, 0, 5.0, False, None, {}, None, None, False)
+
+
+def test_a_retried_submission_is_stored_once_and_answered_with_its_outcome():
+    r = RmState(RmConfig(4, 20))
+    first = r.handle(SubmitJob(-1, job(), "c", "key-1"), 1.0, Rng())
+    again = r.handle(SubmitJob(-1, job(), "c2", "key-1"), 2.0, Rng())
+    (acc,) = sends(again, JobAccepted)
+    assert acc.msg.accepted and acc.msg.job_id == sends(first, JobAccepted)[0].msg.job_id and acc.to == "c2"
+    assert len(r.jobs) == 1 and not sends(again, StartJob)
+    r.handle(JobDone(acc.msg.job_id, True, "", 3.0, 4), 3.0, Rng())
+    after = r.handle(SubmitJob(-1, job(), "c3", "key-1"), 4.0, Rng())
+    assert [type(e.msg) for e in after if isinstance(e, Send)] == [JobAccepted, JobDone]
+
+
+def test_token_messages_are_numbered_and_resent_to_a_host_that_missed_one():
+    r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0",)))
+    out = r.handle(SubmitJob(-1, job(8), "c", "k"), 1.0, Rng())
+    (start,) = sends(out, StartJob)
+    assert start.to == "jmhost:0" and start.msg.seq > 0
+    report = HostReport("jmhost:0", np.array([0]), np.array([start.msg.seq - 1]), np.array([8]), np.array([0]),
+                        np.zeros(0, dtype=np.int64), [])
+    again = r.handle(report, 2.0, Rng())
+    assert [type(e.msg) for e in again if isinstance(e, Send)] == [StartJob]      # the last one, re-sent
+
+
+def test_a_host_reporting_a_job_that_is_not_its_own_is_told_to_drop_it():
+    r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0", "jmhost:1")))
+    r.handle(SubmitJob(-1, job(), "c", "k"), 1.0, Rng())
+    home = r.jobs[0].host
+    other = "jmhost:1" if home == "jmhost:0" else "jmhost:0"
+    out = r.handle(HostReport(other, np.array([0, 77]), np.array([1, 1]), np.array([1, 1]), np.array([0, 0]),
+                              np.zeros(0, dtype=np.int64), []), 2.0, Rng())
+    drops = {(e.msg.job_id, e.msg.kill) for e in sends(out, ReleaseJob)}
+    assert drops == {(0, False), (77, True)}     # 0 lives elsewhere; 77 is over
+
+
+def test_a_silent_host_is_dead_and_its_jobs_move_with_their_progress():
+    r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0", "jmhost:1"), host_dead_after_s=5.0))
+    r.handle(Start(MemoryJobStore().recovered()), 0.0, Rng())
+    r.handle(SubmitJob(-1, job(8), "c", "k"), 0.5, Rng())
+    home = r.jobs[0].host
+    other = "jmhost:1" if home == "jmhost:0" else "jmhost:0"
+    none = np.zeros(0, dtype=np.int64)
+    done = np.packbits(np.array([1, 1, 0, 0, 0, 0, 0, 0], dtype=bool)).tobytes()
+    r.handle(HostReport(home, np.array([0]), np.array([r.jobs[0].seq]), np.array([6]), np.array([6]),
+                        np.array([0]), [done]), 1.0, Rng())
+    for t in range(2, 8):
+        r.handle(HostReport(other, none, none, none, none, none, []), float(t), Rng())
+    from apollo.effects import Timer
+    out = r.handle(Timer("tick"), 7.5, Rng())
+    (start,) = sends(out, StartJob)
+    assert start.to == other and start.msg.generation == 1 and start.msg.done == done
+
+
+def test_a_pn_drops_a_duplicated_dispatch_and_remembers_how_an_attempt_ended():
+    pn = PnState(0, PnConfig())
+    pn.handle(Start(), 0.0, Rng())
+    pn.handle(Dispatch(1, [task()], "jmhost:1"), 0.0, Rng())
+    pn.handle(Dispatch(1, [task()], "jmhost:1"), 0.0, Rng())
+    assert len(pn.running) == 1
+    from apollo.effects import TaskExited
+    out = pn.handle(TaskExited((1, 0, 1), True, 0, ""), 5.0, Rng())
+    assert [e.to for e in out if isinstance(e, Send) and e.to.startswith("jm")] == ["jmhost:1"]
+    # the report is lost; the JM probes: the PN says it ended, not "unknown attempt"
+    (ans,) = [e.msg for e in pn.handle(ProbeTask(1, 0, 1, "jmhost:1"), 40.0, Rng()) if e.to == "jmhost:1"]
+    assert ans.reports[0].state == int(TaskState.DONE)
+    (hold,) = [e.msg for e in pn.handle(ProbeJob(1, 1, "jmhost:0"), 41.0, Rng()) if isinstance(e, Send)]
+    assert isinstance(hold, Holding) and [r.task for r in hold.ended] == [0]
+
+
+@pytest.mark.parametrize("loss", [0.01, 0.05])
+def test_every_job_completes_under_message_loss(loss):
+    w = load_workload("heavytail:jobs=30", seed=2, cluster_servers=30)
+    r = run_simulation(w, SimConfig(servers=30, racks=3, seed=2, net=NetModel(loss=loss, dup=0.01), check=True))
+    assert r["jobs"]["completed"] == 30
+
+
+def test_a_dead_jm_host_s_jobs_are_adopted_not_rerun():
+    w = load_workload("heavytail:jobs=40", seed=1, cluster_servers=40)
+    r = run_simulation(w, SimConfig(servers=40, racks=4, seed=1, jm_hosts=2, check=True,
+                                    crashes=[(20.0, "jmhost:1", 30.0), (45.0, "rm", 10.0)]))
+    assert r["jobs"]["completed"] == 40
+    assert r["control"]["host_dead"] >= 1 and r["control"]["rehomed"] >= 1 and r["control"]["adopted"] >= 1
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_chaos_seed(seed):
+    out = check_seed(seed)
+    assert out["why"] == "", f"{out['why']} (replay: {out['replay']})"
