@@ -15,7 +15,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apollo.effects import Start
 from apollo.messages import CancelJob, JobAccepted, JobDone, SubmitJob
 from apollo.runtime.live import LiveRuntime
 from apollo.spec import JobSpec, SpecError

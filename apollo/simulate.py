@@ -10,7 +10,7 @@ from apollo.cluster import IoModel, Topology
 from apollo.effects import Send, SetTimer, Timer
 from apollo.messages import JobAccepted, JobDone, SubmitJob
 from apollo.report import AttemptLog, Recorder, build_report
-from apollo.runtime.sim import NetModel, Partition, SimRuntime
+from apollo.runtime.sim import NetModel, SimRuntime
 from apollo.spec import Workload
 from jm.host import JmHost
 from jm.policies import profile as find_profile

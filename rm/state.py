@@ -109,6 +109,10 @@ class RmState:
         self.stamps = np.full(n, -1.0)
         self.boot_times = np.zeros(n)
         self.alive = np.zeros(n, dtype=np.uint8)
+        # what each server's last heartbeat said besides its matrix (the HTTP face shows them)
+        self.running_tasks = np.zeros(n, dtype=np.int64)
+        self.queued_tasks = np.zeros(n, dtype=np.int64)
+        self.cpu_free = np.full(n, float(config.server_cores))
         self._alive_n = 0                # alive.sum(), kept (capacity is read per admission)
         self.jobs: dict[int, JobEntry] = {}
         self.next_job_id = 0
@@ -180,6 +184,9 @@ class RmState:
             return []  # reordered: an older reading
         self.matrices[s] = hb.matrix
         self.stamps[s] = hb.time
+        self.running_tasks[s] = hb.running
+        self.queued_tasks[s] = hb.queued
+        self.cpu_free[s] = hb.cpu_free
         if self.boot_times[s] != hb.boot_time:
             self.boot_times[s] = hb.boot_time
         if not self.alive[s]:

@@ -1,15 +1,13 @@
-"""What the RM's HTTP face knows beyond RmState: heartbeat counts and the cluster's records.
+"""What the RM's HTTP face knows beyond RmState: the cluster's records.
 
-RmState keeps each server's wait-time matrix but not the running/queued/free-CPU
-figures its heartbeat carries: ``HeartbeatTap`` notes them on the way in (it wraps
-the actor's ``handle``; the actor is not changed). ``Watch`` folds the report
+``HeartbeatTap`` names the per-server running/queued/free-CPU figures the RM keeps from
+heartbeats. ``Watch`` folds the report
 records of the cluster's folder (apollo.client.EventTail, incrementally) into
 Prometheus counters and histograms (rm/metrics.py), per-job tallies, recent
 events and a short history of the queues' shares, for the API and dashboard.
 """
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +15,6 @@ from pathlib import Path
 import numpy as np
 
 from apollo.client import EventTail
-from apollo.messages import Heartbeat
 from apollo.report import (A_ATTEMPT, A_CPU, A_DISPATCH, A_END, A_HAS_INPUT, A_JOB, A_LOC, A_OUTCOME, A_READY,
                            A_SERVER, A_STAGE, A_START, A_TASK)
 
@@ -29,35 +26,12 @@ HISTORY = 300                                  # share samples kept (one a secon
 
 
 class HeartbeatTap:
-    """Per-server running/queued/free CPU as the last heartbeat said (newest reading wins)."""
+    """Per-server running/queued/free CPU as the last heartbeat said (the RM keeps them)."""
 
     def __init__(self, rm) -> None:
-        n = rm.cfg.servers
-        self.running = np.zeros(n, dtype=np.int64)
-        self.queued = np.zeros(n, dtype=np.int64)
-        self.cpu_free = np.full(n, float(rm.cfg.server_cores))
-        self.stamps = np.full(n, -1.0)
-        inner = rm.handle
-
-        def handle(event, now, rng):
-            t = type(event)
-            if t is Heartbeat:
-                self.note(event)
-            elif t is list:
-                for hb in event:
-                    if type(hb) is Heartbeat:
-                        self.note(hb)
-            return inner(event, now, rng)
-        try:
-            rm.handle = handle      # the runtime looks handle up on the instance at every event
-        except AttributeError:      # an actor with __slots__: no counts, but the RM itself goes on
-            logging.getLogger("apollo.http").warning("cannot tap the RM's heartbeats: no busy cores or queues shown")
-
-    def note(self, hb: Heartbeat) -> None:
-        s = hb.server
-        if 0 <= s < len(self.stamps) and hb.time >= self.stamps[s]:
-            self.stamps[s] = hb.time
-            self.running[s], self.queued[s], self.cpu_free[s] = hb.running, hb.queued, hb.cpu_free
+        self.running = rm.running_tasks
+        self.queued = rm.queued_tasks
+        self.cpu_free = rm.cpu_free
 
 
 @dataclass
