@@ -101,9 +101,10 @@ def _cluster(args: argparse.Namespace) -> int:
     if args.action == "up":
         info = livecluster.up(folder, pns=args.pns, racks=args.racks, procs=args.procs, cpus=args.cpus,
                               mem_gb=args.mem_gb, scheduler=args.scheduler, queues=args.queues,
-                              http_host=args.http_host)
-        print(f"cluster up in {info['startup_s']:.2f} s: RM {info['rm']}, {args.pns} PNs in {args.racks} racks "
-              f"over {len(info['processes']) - 2} processes; files in {folder}; dashboard http://{info['http']}/")
+                              http_host=args.http_host, jm_hosts=args.jm_hosts)
+        print(f"cluster up in {info['startup_s']:.2f} s: RM {info['rm']}, {args.jm_hosts} JM hosts, {args.pns} PNs "
+              f"in {args.racks} racks over {args.procs} processes; files in {folder}; "
+              f"dashboard http://{info['http']}/")
     elif args.action == "down":
         for line in livecluster.down(folder):
             print(line)
@@ -369,6 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--mem-gb", type=float, default=8.0)
     c.add_argument("--scheduler", default="apollo", choices=list(PROFILES))
     c.add_argument("--queues", metavar="FILE", help="a queue file (TOML): fair pools or capacity queues")
+    c.add_argument("--jm-hosts", type=int, default=2,
+                   help="JM host processes (jobs move to another when one dies)")
     c.add_argument("--http-host", default="127.0.0.1",
                    help="where the RM serves its API, metrics and dashboard (not loopback: the token is asked)")
 

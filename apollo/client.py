@@ -139,18 +139,24 @@ def job_status(folder: Path, job_id: int, tail: EventTail | None = None) -> JobS
     return st
 
 
+RETRY_S = 1.0         # a submission the RM has not answered is sent again this often
+POLL_S = 5.0          # a job waited for is asked about again this often
+
+
 class _Inbox:
     """The client's actor: resolves futures as answers arrive."""
 
     def __init__(self) -> None:
-        self.accepted: asyncio.Queue = asyncio.Queue()
+        self.answers: dict[str, asyncio.Future] = {}      # submission key -> its JobAccepted
         self.waiters: dict[int, list[asyncio.Future]] = {}   # one future per wait() call
         self.finished: dict[int, JobDone] = {}
         self.on_done = None
 
     def handle(self, event, now, rng):
         if type(event) is JobAccepted:
-            self.accepted.put_nowait(event)
+            f = self.answers.get(event.key)
+            if f is not None and not f.done():
+                f.set_result(event)        # (a second answer to a retried submission: dropped)
         elif type(event) is JobDone:
             if event.job_id in self.finished:
                 return []        # the second copy (the JM host's and the RM's both come)
@@ -172,33 +178,59 @@ class Client:
         self.address = f"client:{secrets.token_hex(6)}"
         self.inbox = _Inbox()
         self.rt: LiveRuntime | None = None
-        self._lock = asyncio.Lock()
         self._tail = EventTail(self.folder)
         self.notes: dict[int, str] = {}       # job -> what the RM said on accepting it (where it waits)
+        self._asked: dict[int, SubmitJob] = {}    # job -> its submission (repeated while waiting)
+        self.on_retry = None                  # called with a line to show while a submission is retried
 
     async def __aenter__(self) -> "Client":
         self.rt = LiveRuntime(self.secret, epoch=self.info.get("epoch"))
         self.rt.add(self.address, self.inbox)
         self.rt.add_route("rm", self.info["rm"])
-        self.rt.add_route("jm", next(p["address"] for p in self.info["processes"] if p["role"] == "jm"))
+        hosts = [p for p in self.info["processes"] if p["role"] == "jm"]
+        for p in hosts:
+            self.rt.add_route(f"jmhost:{p['index']}", p["address"])
         await self.rt.start(listen_port=0)
-        # Connected to the JM host from the start, the JM host can tell this client that a job
-        # finished itself (the RM's copy of JobDone comes a hop later).
-        self.rt.node.connect(next(p["address"] for p in self.info["processes"] if p["role"] == "jm"))
+        # Connected to every JM host from the start, the one running a job can tell this client
+        # that it finished itself (the RM's copy of JobDone comes a hop later).
+        for p in hosts:
+            self.rt.node.connect(p["address"])
         return self
 
     async def __aexit__(self, *exc) -> None:
         if self.rt is not None:
             await self.rt.stop()
 
-    async def submit(self, spec: JobSpec, timeout_s: float = 10.0) -> int:
-        """Store the job at the RM; returns its id. Raises SpecError if the RM refuses it."""
-        async with self._lock:   # answers come in order per connection; one outstanding submit at a time
-            self.rt.inject("rm", SubmitJob(-1, spec, self.address))
-            ans: JobAccepted = await asyncio.wait_for(self.inbox.accepted.get(), timeout_s)
+    async def submit(self, spec: JobSpec, timeout_s: float = 60.0) -> int:
+        """Store the job at the RM; returns its id. Raises SpecError if the RM refuses it. The
+        submission carries an idempotency key and is sent again every RETRY_S until the RM
+        answers (it may be restarting): it is stored once. Raises ClusterError if the RM does
+        not answer within ``timeout_s``."""
+        key = f"{self.address}:{secrets.token_hex(8)}"
+        msg = SubmitJob(-1, spec, self.address, key)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        answer = self.inbox.answers[key] = loop.create_future()
+        try:
+            while True:
+                self.rt.inject("rm", msg)
+                try:
+                    ans: JobAccepted = await asyncio.wait_for(asyncio.shield(answer),
+                                                              min(RETRY_S, max(deadline - loop.time(), 0.01)))
+                    break
+                except asyncio.TimeoutError:
+                    if loop.time() >= deadline:
+                        from apollo.livecluster import ClusterError
+                        raise ClusterError(f"the RM at {self.info['rm']} did not answer for {timeout_s:.0f} s "
+                                           f"(is the cluster in {self.folder} up? `apollo cluster status`)") from None
+                    if self.on_retry is not None:
+                        self.on_retry(f"the RM at {self.info['rm']} has not answered yet; retrying")
+        finally:
+            self.inbox.answers.pop(key, None)
         if not ans.accepted:
             raise SpecError(f"job {spec.name!r} refused: {ans.reason}")
         self.notes[ans.job_id] = ans.reason      # e.g. "waiting in queue dev at position 3"
+        self._asked[ans.job_id] = msg
         return ans.job_id
 
     async def wait(self, job_id: int, timeout_s: float | None = None) -> JobDone:
@@ -208,13 +240,24 @@ class Client:
         f = asyncio.get_running_loop().create_future()
         waiters = self.inbox.waiters.setdefault(job_id, [])
         waiters.append(f)
+        poll = asyncio.ensure_future(self._ask_again(job_id)) if job_id in self._asked else None
         try:
             return await (f if timeout_s is None else asyncio.wait_for(f, timeout_s))
         finally:
+            if poll is not None:
+                poll.cancel()
             if (not f.done() or f.cancelled()) and f in waiters:
                 waiters.remove(f)
                 if not waiters and self.inbox.waiters.get(job_id) is waiters:
                     del self.inbox.waiters[job_id]
+
+    async def _ask_again(self, job_id: int) -> None:
+        """While waiting: repeat the job's submission (same key) now and then; the RM answers a
+        repeat about a finished job with its JobDone (both copies of the first may be lost: the
+        RM restarted, the JM host died)."""
+        while True:
+            await asyncio.sleep(POLL_S)
+            self.rt.inject("rm", self._asked[job_id])
 
     def position(self, job_id: int) -> tuple[str, int] | None:
         """(queue, place in line) while the job waits for admission; None once admitted."""

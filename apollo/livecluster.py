@@ -56,6 +56,11 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def process_name(role: str, index: int) -> str:
+    """A process's name in the cluster folder's files (rm, jm0, jm1, pn0, ...)."""
+    return "rm" if role == "rm" else f"{role}{index}"
+
+
 def read_info(folder: Path) -> dict:
     try:
         return json.loads((folder / "cluster.json").read_text())
@@ -65,7 +70,7 @@ def read_info(folder: Path) -> dict:
 
 def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float = 2.0, mem_gb: float = 8.0,
        scheduler: str = "apollo", timeout_s: float = 15.0, io: dict | None = None,
-       queues: str | Path | None = None, http_host: str = "127.0.0.1") -> dict:
+       queues: str | Path | None = None, http_host: str = "127.0.0.1", jm_hosts: int = 2) -> dict:
     """Start a cluster in ``folder``; returns its info (with ``startup_s``).
 
     ``io``: fields of apollo.cluster.IoModel for every process (e.g. ``{"init_s": 0.0}`` makes a
@@ -104,17 +109,21 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
     secret_path = folder / "secret"
     secret_path.write_text(secrets.token_hex(32))
     os.chmod(secret_path, 0o600)
-    ports = _free_ports(3 + procs)      # the last one: the RM's HTTP face (rm/http.py)
-    processes = [{"role": "rm", "index": 0, "address": f"127.0.0.1:{ports[0]}"},
-                 {"role": "jm", "index": 0, "address": f"127.0.0.1:{ports[1]}"}]
+    if jm_hosts < 1:
+        raise ClusterError(f"need at least one JM host (--jm-hosts {jm_hosts})")
+    ports = _free_ports(2 + jm_hosts + procs)      # the last one: the RM's HTTP face (rm/http.py)
+    processes = [{"role": "rm", "index": 0, "address": f"127.0.0.1:{ports[0]}"}]
+    for k in range(jm_hosts):
+        processes.append({"role": "jm", "index": k, "address": f"127.0.0.1:{ports[1 + k]}"})
     for k in range(procs):
-        processes.append({"role": "pn", "index": k, "address": f"127.0.0.1:{ports[2 + k]}",
+        processes.append({"role": "pn", "index": k, "address": f"127.0.0.1:{ports[1 + jm_hosts + k]}",
                           "pns": list(range(k * pns // procs, (k + 1) * pns // procs))})
     # One time origin for every process (CLOCK_MONOTONIC is machine-wide): the actors compare
     # timestamps taken in different processes, so they must share a clock.
     info = {"rm": processes[0]["address"], "http": f"{http_host}:{ports[-1]}", "processes": processes,
             "epoch": time.monotonic(),
-            "config": {"pns": pns, "racks": racks, "cpus": cpus, "mem_gb": mem_gb, "scheduler": scheduler}}
+            "config": {"pns": pns, "racks": racks, "cpus": cpus, "mem_gb": mem_gb, "scheduler": scheduler,
+                       "jm_hosts": jm_hosts}}
     if io:
         info["config"]["io"] = io
     if tree_text is not None:
@@ -123,8 +132,7 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
     (folder / "cluster.json").write_text(json.dumps(info, indent=2))
     started = time.monotonic()
     for p in processes:
-        name = f"{p['role']}{p['index']}" if p["role"] == "pn" else p["role"]
-        out = open(folder / f"{name}.out", "ab")
+        out = open(folder / f"{process_name(p['role'], p['index'])}.out", "ab")
         with out:   # the child keeps its own descriptor
             child = subprocess.Popen([sys.executable, "-m", "apollo.node", "--cluster", str(folder), "--role",
                                       p["role"], "--index", str(p["index"])], stdout=out, stderr=out,
@@ -209,7 +217,7 @@ def restart_process(folder: Path, role: str, index: int = 0, timeout_s: float = 
         raise ClusterError(f"{role}{index} (pid {p['pid']}) is still running; stop it before restarting it")
     ready = folder / f"ready-{role}{index}"
     ready.unlink(missing_ok=True)
-    name = f"{role}{index}" if role == "pn" else role
+    name = process_name(role, index)
     with open(folder / f"{name}.out", "ab") as out:
         child = subprocess.Popen([sys.executable, "-m", "apollo.node", "--cluster", str(folder), "--role", role,
                                   "--index", str(index)], stdout=out, stderr=out, stdin=subprocess.DEVNULL,

@@ -379,13 +379,15 @@ class SubmitJob(Message):
     key: str = ""
 
 
-@message(2, job_id=NAT, name=STR, accepted=BOOL, reason=STR)
+@message(2, job_id=NAT, name=STR, accepted=BOOL, reason=STR, key=STR)
 class JobAccepted(Message):
-    """RM -> client: the job is stored (accepted) or refused with a reason."""
+    """RM -> client: the job is stored (accepted) or refused with a reason; ``key``: the
+    submission's idempotency key (a client matches answers to its submissions by it)."""
     job_id: int
     name: str
     accepted: bool
     reason: str
+    key: str = ""
 
 
 @message(3, job_id=NAT, spec=JOB, tokens=NAT, submitted_at=FLOAT, reply_to=STR, seq=NAT, generation=NAT,

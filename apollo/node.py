@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from apollo.cluster import IoModel, Topology
+from apollo.livecluster import process_name
 from apollo.runtime.live import LiveRuntime, run
 from jm.host import JmHost
 from jm.policies import profile as find_profile
@@ -77,6 +78,12 @@ class EventFile:
         self.f.close()
 
 
+# JM hosts report their jobs to the RM this often; one silent for HOST_DEAD_AFTER_S is dead and
+# its jobs move to another host (a few missed reports: a busy host is late, not dead).
+HOST_REPORT_S = 0.25
+HOST_DEAD_AFTER_S = 1.5
+
+
 def load_cluster(folder: Path) -> tuple[dict, bytes]:
     info = json.loads((folder / "cluster.json").read_text())
     secret = (folder / "secret").read_bytes().strip()
@@ -100,7 +107,8 @@ def build_runtime(folder: Path, role: str, index: int) -> tuple[LiveRuntime, dic
     info, secret = load_cluster(folder)
     cfg = info["config"]
     me = next(p for p in info["processes"] if p["role"] == role and p.get("index", 0) == index)
-    name = f"{role}{index}" if role == "pn" else role
+    name = process_name(role, index)
+    hosts = tuple(f"jmhost:{p['index']}" for p in info["processes"] if p["role"] == "jm")
     io = io_model(cfg)
     rt = LiveRuntime(secret, log_sink=EventFile(folder / f"events-{name}.jsonl"),
                      workdir=str(folder / "work" / name), epoch=info["epoch"], io=io)
@@ -113,8 +121,9 @@ def build_runtime(folder: Path, role: str, index: int) -> tuple[LiveRuntime, dic
         if p["role"] == "rm":
             rt.add_route("rm", p["address"])
         elif p["role"] == "jm":
-            rt.add_route("jmhost", p["address"])
-            rt.add_route("jm", p["address"])
+            rt.add_route(f"jmhost:{p['index']}", p["address"])
+            if p["index"] == 0:       # messages to "jm:JOB" (a route, not a host's own address)
+                rt.add_route("jm", p["address"])
         else:
             for s in p["pns"]:
                 rt.add_route(f"pn:{s}", p["address"])
@@ -122,14 +131,17 @@ def build_runtime(folder: Path, role: str, index: int) -> tuple[LiveRuntime, dic
         tree = load_queue_file(folder / cfg["queues"]) if cfg.get("queues") else \
             single_queue(cfg.get("tokens") or find_profile(cfg.get("scheduler", "apollo")).tokens)
         rt.add("rm", RmState(RmConfig(cfg["pns"], shapes, cfg["cpus"], cfg["mem_gb"], view_interval_s=0.25,
-                                      dead_after_s=3.0, queues=tree)),
+                                      dead_after_s=3.0, queues=tree, jm_hosts=hosts,
+                                      host_report_s=HOST_REPORT_S, host_dead_after_s=HOST_DEAD_AFTER_S)),
                store=SqliteJobStore(str(folder / "jobs.db")))
     elif role == "jm":
         # coalesce: one scheduling pass per burst of status reports (a network read), not per report
+        me_host = f"jmhost:{index}"
         host = JmHost(JmConfig(topology=topo, policy=cfg.get("scheduler", "apollo"), io=io, grid=pncfg.grid,
-                               retry_s=0.1, coalesce=True))
-        rt.add("jmhost", host)
-        rt.route_prefix("jm", "jmhost")
+                               retry_s=0.1, coalesce=True, host=me_host, host_report_s=HOST_REPORT_S,
+                               adopt_wait_s=0.3))
+        rt.add(me_host, host)
+        rt.route_prefix("jm", me_host)
     else:
         for s in me["pns"]:
             rt.add(f"pn:{s}", PnState(s, pncfg))
@@ -178,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--index", type=int, default=0)
     a = p.parse_args(argv)
     folder = Path(a.cluster)
-    name = f"{a.role}{a.index}" if a.role == "pn" else a.role
+    name = process_name(a.role, a.index)
     logging.basicConfig(filename=str(folder / f"{name}.log"), level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     _tight_timers()

@@ -60,7 +60,7 @@ class Views:
             if e.admitted:
                 by_host[e.host] = by_host.get(e.host, 0) + 1
         jm_procs = [p["address"] for p in self.info["processes"] if p["role"] == "jm"]
-        up = set(getattr(rm, "hosts_alive", rm.cfg.jm_hosts))     # an RM that tracks its JM hosts says which live
+        up = set(rm.hosts_alive)
         hosts = [{"name": h, "address": jm_procs[k] if k < len(jm_procs) else None, "alive": h in up,
                   "jobs": by_host.get(h, 0)} for k, h in enumerate(rm.cfg.jm_hosts)]
         racks = [{"rack": r, "servers": [int(s) for s in np.flatnonzero(self.rack_of == r)]}

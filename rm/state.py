@@ -262,7 +262,7 @@ class RmState:
         if job_id in self.jobs or job_id in self.outcomes:
             why = why or f"job id {job_id} is already in use"
         if why:
-            return [Send(msg.reply_to, JobAccepted(max(job_id, 0), spec.name, False, why)),
+            return [Send(msg.reply_to, JobAccepted(max(job_id, 0), spec.name, False, why, msg.key)),
                     Log("job_refused", (job_id, spec.name, why))]
         self.next_job_id = max(self.next_job_id, job_id + 1)
         e = JobEntry(job_id, spec, now, msg.reply_to, _first_demand(spec), leaf, key=msg.key)
@@ -273,7 +273,7 @@ class RmState:
                      Log("job_submitted", (job_id, now, spec.total_tasks, leaf, spec.user))]
         start = self._admit_now(e, now)
         where = "" if e.admitted else f"waiting in queue {leaf} at position {self.positions[job_id][1]}"
-        out.append(Send(msg.reply_to, JobAccepted(job_id, spec.name, True, where)))
+        out.append(Send(msg.reply_to, JobAccepted(job_id, spec.name, True, where, msg.key)))
         return out + start
 
     def _resubmitted(self, msg: SubmitJob) -> list:
@@ -281,7 +281,7 @@ class RmState:
         its outcome if it has finished (the first answers may have been lost)."""
         job_id = self.by_key[msg.key]
         e = self.jobs.get(job_id)
-        out: list = [Send(msg.reply_to, JobAccepted(job_id, msg.spec.name, True, "already stored"))]
+        out: list = [Send(msg.reply_to, JobAccepted(job_id, msg.spec.name, True, "already stored", msg.key))]
         if e is not None:
             e.reply_to = msg.reply_to        # a restarted client listens elsewhere
         done = self.outcomes.get(job_id)

@@ -37,4 +37,4 @@ def test_submit_inspect_cancel_and_down(tmp_path):
         r = apollo("cluster", "down", "--cluster", folder)
     assert r.returncode == 0 and "stopped" in r.stdout
     r = apollo("cluster", "status", "--cluster", folder)
-    assert r.returncode == 1 and " alive" not in r.stdout and r.stdout.count("DEAD") == 3
+    assert r.returncode == 1 and " alive" not in r.stdout and r.stdout.count("DEAD") == 4      # rm, two JM hosts, one PN process

@@ -109,7 +109,8 @@ def job_state(folder: Path, job_id: int) -> str | None:
 
 
 def log_text(folder: Path, role: str, index: int) -> str:
-    name = f"pn{index}" if role == "pn" else role
+    from apollo.livecluster import process_name
+    name = process_name(role, index)
     try:
         return (folder / f"{name}.log").read_text()
     except FileNotFoundError:
@@ -253,7 +254,7 @@ def test_job_survives_sigkill_of_a_pn_process(cluster):
     assert lost_tasks <= reran, "a lost task was not rerun on the surviving PNs"
     # the survivors are untouched
     alive = {r["role"] + str(r["index"]): r["alive"] for r in status(folder)["processes"]}
-    assert alive == {"rm0": True, "jm0": True, "pn0": True, "pn1": False}
+    assert alive == {"rm0": True, "jm0": True, "jm1": True, "pn0": True, "pn1": False}
 
 
 # ---------------------------------------------------------------------------- 3. wrong secret, garbage
@@ -439,10 +440,10 @@ def test_cluster_down_leaves_no_process(cluster):
     assert d.ok
     task_pid = int(pidfile.read_text())
     pids = pids_of(folder)
-    assert len(pids) == 4
+    assert len(pids) == 5          # rm, two JM hosts, two PN processes
     assert not any(_gone(p) for p in pids.values())
     lines = down(folder)
-    assert len(lines) == 4 and all(line.endswith("stopped") for line in lines), lines
+    assert len(lines) == 5 and all(line.endswith("stopped") for line in lines), lines
     wait_for(lambda: all(_gone(p) for p in pids.values()), 10, "every cluster process to be gone")
     for p in pids.values():
         with pytest.raises(ProcessLookupError):
