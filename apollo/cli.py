@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -138,7 +139,8 @@ def _submit(args: argparse.Namespace) -> int:
 
     async def go() -> int:
         async with Client(args.cluster) as c:
-            job_id = await c.submit(spec)
+            c.on_retry = _retry_note("submit")
+            job_id = await c.submit(spec, timeout_s=args.timeout)
             print(f"submitted job {job_id} ({spec.name}, {spec.total_tasks} tasks) to queue "
                   f"{spec.queue!r} as user {spec.user!r}" + (f": {c.notes[job_id]}" if c.notes.get(job_id) else ""))
             if not args.wait:
@@ -148,6 +150,18 @@ def _submit(args: argparse.Namespace) -> int:
                   f"({done.tasks_done} tasks done)")
             return 0 if done.ok else 1
     return run(go())
+
+
+def _retry_note(cmd: str):
+    """An on_retry hook for apollo.client.Client: the first line at once, then one every 5 s."""
+    import time
+    last = [-1e9]
+
+    def note(line: str) -> None:
+        if time.monotonic() - last[0] >= 5.0:
+            last[0] = time.monotonic()
+            print(f"apollo {cmd}: {line}", file=sys.stderr, flush=True)
+    return note
 
 
 async def _wait_with_progress(c, job_id: int, total: int):
@@ -184,8 +198,8 @@ def _jobs(args: argparse.Namespace) -> int:
     import sqlite3
     db = Path(args.cluster).expanduser() / "jobs.db"
     if not db.exists():
-        print(f"no jobs stored in {db}", file=sys.stderr)
-        return 1
+        print(f"no jobs stored in {db} yet")
+        return 0
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     for row in con.execute("SELECT job_id, name, state, submitted_at, finished_at, reason FROM jobs ORDER BY job_id"):
         job_id, name, state, t0, t1, reason = row
@@ -200,7 +214,7 @@ def _job(args: argparse.Namespace) -> int:
     from apollo.client import job_status
     from apollo.cluster import LOCALITY_NAMES
     folder = Path(args.cluster).expanduser()
-    st = job_status(folder, args.id)
+    st = job_status(folder, args.id) if (folder / "jobs.db").exists() else None
     if st is None:
         print(f"apollo job: no job {args.id} in {folder / 'jobs.db'}", file=sys.stderr)
         return 1
@@ -267,6 +281,9 @@ def _cancel(args: argparse.Namespace) -> int:
     from apollo.client import Client
     from apollo.runtime.live import run
     folder = Path(args.cluster).expanduser()
+    if not (folder / "jobs.db").exists():
+        print(f"apollo cancel: no job {args.id} (no jobs stored in {folder / 'jobs.db'} yet)", file=sys.stderr)
+        return 1
     con = sqlite3.connect(f"file:{folder / 'jobs.db'}?mode=ro", uri=True)
 
     def state() -> str | None:
@@ -278,6 +295,8 @@ def _cancel(args: argparse.Namespace) -> int:
             print(f"apollo cancel: no job {args.id}", file=sys.stderr)
             return 1
         async with Client(folder) as c:
+            c.on_retry = _retry_note("cancel")
+            await c.reach_rm(args.timeout)
             c.cancel(args.id)
             deadline = time.monotonic() + 10.0
             while state() == "running" and time.monotonic() < deadline:
@@ -292,9 +311,16 @@ def _replay(args: argparse.Namespace) -> int:
     from apollo.replay import replay
     from apollo.runtime.live import run
     from apollo.workloads import load_workload
+    from apollo.client import Client
     folder = Path(args.cluster).expanduser()
     workload = load_workload(args.trace, seed=args.seed,
                              cluster_servers=read_info(folder)["config"]["pns"]).first(args.jobs)
+
+    async def reach() -> None:      # before the replay empties the event files: is the RM there?
+        async with Client(folder) as c:
+            c.on_retry = _retry_note("replay")
+            await c.reach_rm(args.timeout)
+    run(reach())
     report, _ = run(replay(folder, workload, speedup=args.speedup))
     return _show(report, args.json)
 
@@ -385,6 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("jobfile")
     sb.add_argument("--cluster", default=str(DEFAULT_DIR))
     sb.add_argument("--wait", action="store_true")
+    sb.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                    help="give up if the RM has not accepted the job after S seconds (default 30)")
 
     j = sub.add_parser("jobs", help="list stored jobs")
     j.add_argument("--cluster", default=str(DEFAULT_DIR))
@@ -396,6 +424,8 @@ def build_parser() -> argparse.ArgumentParser:
     cn = sub.add_parser("cancel", help="cancel a job")
     cn.add_argument("id", type=int)
     cn.add_argument("--cluster", default=str(DEFAULT_DIR))
+    cn.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                    help="give up if the RM cannot be reached within S seconds (default 30)")
 
     r = sub.add_parser("replay", help="replay a trace on a live cluster")
     r.add_argument("trace")
@@ -404,6 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--speedup", type=float, default=1.0)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--json")
+    r.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                   help="give up if the RM cannot be reached within S seconds (default 30)")
 
     d = sub.add_parser("demo", help="the main job: a local cluster replaying a workload, with a report")
     d.add_argument("--out", default="apollo-out")
@@ -416,6 +448,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_ON_A_CLUSTER = ("submit", "jobs", "job", "cancel", "replay", "queues", "dashboard")
+
+
+def _cluster_or_error(args: argparse.Namespace) -> None:
+    """A command on a live cluster: a clear ClusterError if its folder holds none; the client's
+    connection warnings are left out (the client says what went wrong itself)."""
+    import logging
+
+    from apollo.livecluster import ClusterError, read_info
+    folder = Path(args.cluster).expanduser()
+    try:
+        info = read_info(folder)
+    except ValueError as e:
+        raise ClusterError(f"{folder / 'cluster.json'} is not a cluster description ({e})") from None
+    if not isinstance(info, dict) or "rm" not in info or "processes" not in info:
+        raise ClusterError(f"{folder / 'cluster.json'} is not a cluster description (no RM address)")
+    logging.getLogger("apollo.transport").setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -425,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
             return _bench(args, rest)
     args = parser.parse_args(argv)
     try:
+        if args.cmd in _ON_A_CLUSTER:
+            _cluster_or_error(args)
         if args.cmd == "simulate":
             return _simulate(args)
         handlers = {"cluster": _cluster, "submit": _submit, "jobs": _jobs, "job": _job, "cancel": _cancel,
@@ -440,6 +493,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except RuntimeError as e:      # ClusterError and friends: a clear one-line reason
         print(f"apollo {args.cmd}: {e}", file=sys.stderr)
+        return 1
+    except sqlite3.Error as e:     # the RM's store, read while the RM rewrites it, or damaged
+        print(f"apollo {args.cmd}: cannot read {Path(args.cluster).expanduser() / 'jobs.db'}: {e}", file=sys.stderr)
         return 1
     parser.print_help()
     return 2

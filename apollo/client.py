@@ -169,12 +169,30 @@ class _Inbox:
         return []
 
 
+def _cluster_error(text: str) -> Exception:
+    from apollo.livecluster import ClusterError
+    return ClusterError(text)
+
+
 class Client:
+    """A connection to a live cluster. Errors a user can act on are ClusterErrors with one
+    clear line: no cluster in the folder (raised here), a cluster that refuses this client's
+    secret (raised by submit/wait/reach_rm as soon as the handshake fails), an RM that does
+    not answer in time (``on_retry`` hears about each retry meanwhile)."""
+
     def __init__(self, cluster: str | Path) -> None:
         from apollo.livecluster import read_info
         self.folder = Path(cluster).expanduser()
         self.info = read_info(self.folder)
-        self.secret = (self.folder / "secret").read_bytes().strip()
+        try:
+            self.secret = (self.folder / "secret").read_bytes().strip()
+        except FileNotFoundError:
+            raise _cluster_error(f"no secret file {self.folder / 'secret'} (the cluster's folder is incomplete: "
+                                 f"`apollo cluster up --cluster {self.folder}` writes one)") from None
+        if not self.secret:
+            raise _cluster_error(f"the secret file {self.folder / 'secret'} is empty")
+        self.error: Exception | None = None   # set when the cluster refused this client's handshake
+        self._problem: dict[str, str] = {}    # host:port -> why the last connect to it failed
         self.address = f"client:{secrets.token_hex(6)}"
         self.inbox = _Inbox()
         self.rt: LiveRuntime | None = None
@@ -185,6 +203,8 @@ class Client:
 
     async def __aenter__(self) -> "Client":
         self.rt = LiveRuntime(self.secret, epoch=self.info.get("epoch"))
+        self.rt.node.on_handshake_failed = self._handshake_failed
+        self.rt.node.on_dial_failed = self._dial_failed
         self.rt.add(self.address, self.inbox)
         self.rt.add_route("rm", self.info["rm"])
         hosts = [p for p in self.info["processes"] if p["role"] == "jm"]
@@ -193,9 +213,71 @@ class Client:
         await self.rt.start(listen_port=0)
         # Connected to every JM host from the start, the one running a job can tell this client
         # that it finished itself (the RM's copy of JobDone comes a hop later).
+        self.rt.node.connect(self.info["rm"])
         for p in hosts:
             self.rt.node.connect(p["address"])
         return self
+
+    # ---- errors a user can act on -------------------------------------------------------
+    def _handshake_failed(self, hostport: str, reason: str, by_peer: bool) -> None:
+        """A connection of ours to a cluster process failed its handshake: with a wrong secret,
+        every one does, and nothing sent will ever arrive. Everything waiting fails at once."""
+        if self.error is not None:
+            return
+        if not by_peer and reason.startswith("no handshake within"):
+            self._problem[hostport] = "it accepted the connection but did not answer the handshake"
+            return                              # (a stopped or overloaded process: try again)
+        if "proof" in reason or "secret" in reason:
+            text = f"the cluster at {self.info['rm']} refused our secret (check {self.folder / 'secret'})"
+        else:
+            text = (f"the cluster at {hostport} refused our handshake: {reason} "
+                    f"(is {self.folder} the folder of the cluster running there?)")
+        self.error = _cluster_error(text)
+        for f in list(self.inbox.answers.values()) + [f for fs in self.inbox.waiters.values() for f in fs]:
+            if not f.done():
+                f.set_exception(self.error)
+
+    def _dial_failed(self, hostport: str, reason: str) -> None:
+        self._problem[hostport] = reason
+
+    def _check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _rm_ready(self) -> bool:
+        rm = self.info["rm"]
+        return any(listen == rm or name == rm for name, listen, _ in self.rt.node.peers())
+
+    def _not_answering(self, retry_s: float | None = None, gave_up_s: float | None = None) -> str:
+        """A line about an RM that does not answer: while retrying, or having given up."""
+        rm = self.info["rm"]
+        why = self._problem.get(rm) if not self._rm_ready() else None
+        if gave_up_s is None:
+            return (f"the RM at {rm} " + (f"is not reachable ({why})" if why else "has not answered yet") +
+                    f"; retrying for {retry_s:.0f} s more")
+        return (f"the RM at {rm} did not answer for {gave_up_s:.0f} s" + (f" ({why})" if why else "") +
+                f"; is the cluster in {self.folder} up? `apollo cluster status --cluster {self.folder}`")
+
+    async def reach_rm(self, timeout_s: float = 30.0) -> None:
+        """Return once this client holds a connection to the RM (handshake done); raise
+        ClusterError if the cluster refuses us or the RM cannot be reached within ``timeout_s``
+        (calling ``on_retry`` about once a second meanwhile)."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        deadline = start + timeout_s
+        next_note = start + RETRY_S
+        while not self._rm_ready():
+            self._check()
+            now = loop.time()
+            if now >= deadline:
+                raise _cluster_error(self._not_answering(gave_up_s=timeout_s))
+            if now >= next_note:
+                next_note = now + RETRY_S
+                if self.on_retry is not None:
+                    self.on_retry(self._not_answering(retry_s=deadline - now))
+            self.rt.node.connect(self.info["rm"])      # (no-op while dialling or backing off)
+            await asyncio.sleep(0.02)
+        self._check()
 
     async def __aexit__(self, *exc) -> None:
         if self.rt is not None:
@@ -206,6 +288,7 @@ class Client:
         submission carries an idempotency key and is sent again every RETRY_S until the RM
         answers (it may be restarting): it is stored once. Raises ClusterError if the RM does
         not answer within ``timeout_s``."""
+        self._check()
         key = f"{self.address}:{secrets.token_hex(8)}"
         msg = SubmitJob(-1, spec, self.address, key)
         loop = asyncio.get_running_loop()
@@ -219,12 +302,12 @@ class Client:
                                                               min(RETRY_S, max(deadline - loop.time(), 0.01)))
                     break
                 except asyncio.TimeoutError:
-                    if loop.time() >= deadline:
-                        from apollo.livecluster import ClusterError
-                        raise ClusterError(f"the RM at {self.info['rm']} did not answer for {timeout_s:.0f} s "
-                                           f"(is the cluster in {self.folder} up? `apollo cluster status`)") from None
+                    self._check()
+                    left = deadline - loop.time()
+                    if left <= 0:
+                        raise _cluster_error(self._not_answering(gave_up_s=timeout_s)) from None
                     if self.on_retry is not None:
-                        self.on_retry(f"the RM at {self.info['rm']} has not answered yet; retrying")
+                        self.on_retry(self._not_answering(retry_s=left))
         finally:
             self.inbox.answers.pop(key, None)
         if not ans.accepted:
@@ -236,6 +319,7 @@ class Client:
     async def wait(self, job_id: int, timeout_s: float | None = None) -> JobDone:
         if job_id in self.inbox.finished:
             return self.inbox.finished[job_id]
+        self._check()
         # A future of this call's own: a wait that times out or is cancelled leaves the others be.
         f = asyncio.get_running_loop().create_future()
         waiters = self.inbox.waiters.setdefault(job_id, [])

@@ -25,7 +25,7 @@ class ClusterError(RuntimeError):
     pass
 
 
-def _free_ports(n: int) -> list[int]:
+def _free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     """``n`` distinct free loopback ports. The probing sockets stay open until all are picked:
     a port released at once can be handed out again to the next probe (two processes were
     once given the same port)."""
@@ -34,7 +34,7 @@ def _free_ports(n: int) -> list[int]:
         for _ in range(n):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             socks.append(s)
-            s.bind(("127.0.0.1", 0))
+            s.bind((host, 0))
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
@@ -70,7 +70,8 @@ def read_info(folder: Path) -> dict:
 
 def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float = 2.0, mem_gb: float = 8.0,
        scheduler: str = "apollo", timeout_s: float = 15.0, io: dict | None = None,
-       queues: str | Path | None = None, http_host: str = "127.0.0.1", jm_hosts: int = 2) -> dict:
+       queues: str | Path | None = None, http_host: str = "127.0.0.1", jm_hosts: int = 2,
+       bind: str = "127.0.0.1") -> dict:
     """Start a cluster in ``folder``; returns its info (with ``startup_s``).
 
     ``io``: fields of apollo.cluster.IoModel for every process (e.g. ``{"init_s": 0.0}`` makes a
@@ -84,9 +85,9 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
         old = json.loads((folder / "cluster.json").read_text())
         if any(p.get("pid") and _alive(p["pid"]) for p in old.get("processes", [])):
             raise ClusterError(f"a cluster is already running in {folder}; `apollo cluster down` it first")
-    if not (1 <= racks <= pns) or procs < 1:
-        raise ClusterError(f"need 1 <= racks <= pns and procs >= 1 (pns={pns}, racks={racks}, procs={procs})")
-    procs = min(procs, pns)
+    if not (1 <= racks <= pns) or procs < 0:
+        raise ClusterError(f"need 1 <= racks <= pns and procs >= 0 (pns={pns}, racks={racks}, procs={procs})")
+    procs = min(procs, pns)       # 0: no PN here; they join from other machines (apollo node join)
     if io:
         from dataclasses import fields
 
@@ -111,12 +112,12 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
     os.chmod(secret_path, 0o600)
     if jm_hosts < 1:
         raise ClusterError(f"need at least one JM host (--jm-hosts {jm_hosts})")
-    ports = _free_ports(2 + jm_hosts + procs)      # the last one: the RM's HTTP face (rm/http.py)
-    processes = [{"role": "rm", "index": 0, "address": f"127.0.0.1:{ports[0]}"}]
+    ports = _free_ports(2 + jm_hosts + procs, bind)      # the last one: the RM's HTTP face (rm/http.py)
+    processes = [{"role": "rm", "index": 0, "address": f"{bind}:{ports[0]}"}]
     for k in range(jm_hosts):
-        processes.append({"role": "jm", "index": k, "address": f"127.0.0.1:{ports[1 + k]}"})
+        processes.append({"role": "jm", "index": k, "address": f"{bind}:{ports[1 + k]}"})
     for k in range(procs):
-        processes.append({"role": "pn", "index": k, "address": f"127.0.0.1:{ports[1 + jm_hosts + k]}",
+        processes.append({"role": "pn", "index": k, "address": f"{bind}:{ports[1 + jm_hosts + k]}",
                           "pns": list(range(k * pns // procs, (k + 1) * pns // procs))})
     # One time origin for every process (CLOCK_MONOTONIC is machine-wide): the actors compare
     # timestamps taken in different processes, so they must share a clock.

@@ -433,14 +433,17 @@ class KillTask(Message):
     attempt: int
 
 
-@message(7, job_id=NAT, server=NAT, reports=lst(nested(TaskReport)), matrix=F32, matrix_time=FLOAT)
+@message(7, job_id=NAT, server=NAT, reports=lst(nested(TaskReport)), matrix=F32, matrix_time=FLOAT, time=FLOAT)
 class StatusBatch(Message):
-    """PN -> JM: task state changes plus the PN's current wait-time matrix."""
+    """PN -> JM: task state changes plus the PN's current wait-time matrix. Times are on the
+    PN's clock; ``time``: when it was sent (< 0: unknown), from which the JM host estimates
+    that clock's offset from its own (apollo.clocks)."""
     job_id: int
     server: int
     reports: list
     matrix: "np.ndarray | list[float]"   # float32 on the wire; a sender may hand a list
     matrix_time: float
+    time: float = -1.0
 
 
 @message(8, server=NAT, boot_time=FLOAT, time=FLOAT, matrix=F32, running=NAT, queued=NAT,
@@ -571,3 +574,28 @@ class Holding(Message):
     tasks: list
     reports: list
     ended: list
+
+
+@message(20, kind=STR, count=NAT, rack=INT, cpus=FLOAT, mem_gb=FLOAT, address=STR, reply_to=STR)
+class JoinRequest(Message):
+    """A process on another machine -> the RM's registrar: join the cluster as ``count`` PNs in
+    ``rack`` (-1: any) with ``cpus``/``mem_gb`` each (kind "pn"), or as a JM host (kind "jm");
+    it listens at ``address``."""
+    kind: str
+    count: int
+    rack: int
+    cpus: float
+    mem_gb: float
+    address: str
+    reply_to: str
+
+
+@message(21, ok=BOOL, reason=STR, servers=lst(NAT), index=INT, cluster=STR)
+class JoinReply(Message):
+    """Registrar -> joining process: the server ids (or JM host index) it is given, and the
+    cluster's description (cluster.json's JSON, with every process's address); or why not."""
+    ok: bool
+    reason: str
+    servers: list
+    index: int
+    cluster: str

@@ -13,12 +13,15 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import signal
 import sys
 from pathlib import Path
 
 from apollo.cluster import IoModel, Topology
+from apollo.join import JoinStore, Registrar
 from apollo.livecluster import process_name
+from apollo.messages import JoinReply, JoinRequest
 from apollo.runtime.live import LiveRuntime, run
 from jm.host import JmHost
 from jm.policies import profile as find_profile
@@ -105,21 +108,31 @@ def io_model(cfg: dict) -> IoModel:
 
 def build_runtime(folder: Path, role: str, index: int) -> tuple[LiveRuntime, dict]:
     info, secret = load_cluster(folder)
-    cfg = info["config"]
     me = next(p for p in info["processes"] if p["role"] == role and p.get("index", 0) == index)
     name = process_name(role, index)
+    rt = LiveRuntime(secret, log_sink=EventFile(folder / f"events-{name}.jsonl"),
+                     workdir=str(folder / "work" / name), epoch=info["epoch"], io=io_model(info["config"]),
+                     listen_host=me["address"].rsplit(":", 1)[0])
+    add_actors(rt, info, me, folder)
+    return rt, me
+
+
+def add_actors(rt: LiveRuntime, info: dict, me: dict, folder: Path) -> None:
+    """Routes to every other process of ``info`` and this process's own actors (``me``: its
+    entry in info["processes"]: its role, index and, for PNs, its servers)."""
+    cfg = info["config"]
+    role, index = me["role"], me.get("index", 0)
     hosts = tuple(f"jmhost:{p['index']}" for p in info["processes"] if p["role"] == "jm")
     io = io_model(cfg)
-    rt = LiveRuntime(secret, log_sink=EventFile(folder / f"events-{name}.jsonl"),
-                     workdir=str(folder / "work" / name), epoch=info["epoch"], io=io)
     pncfg = pn_config(cfg)
     shapes = pncfg.grid.size
     topo = Topology(cfg["pns"], cfg["racks"], cfg["cpus"], cfg["mem_gb"])
     for p in info["processes"]:
-        if p is me:
+        if p is me or p["address"] == me["address"]:
             continue
         if p["role"] == "rm":
             rt.add_route("rm", p["address"])
+            rt.add_route("registrar", p["address"])
         elif p["role"] == "jm":
             rt.add_route(f"jmhost:{p['index']}", p["address"])
             if p["index"] == 0:       # messages to "jm:JOB" (a route, not a host's own address)
@@ -134,6 +147,7 @@ def build_runtime(folder: Path, role: str, index: int) -> tuple[LiveRuntime, dic
                                       dead_after_s=3.0, queues=tree, jm_hosts=hosts,
                                       host_report_s=HOST_REPORT_S, host_dead_after_s=HOST_DEAD_AFTER_S)),
                store=SqliteJobStore(str(folder / "jobs.db")))
+        rt.add("registrar", Registrar(info), store=JoinStore(folder / "joined.json"))
     elif role == "jm":
         # coalesce: one scheduling pass per burst of status reports (a network read), not per report
         me_host = f"jmhost:{index}"
@@ -145,7 +159,6 @@ def build_runtime(folder: Path, role: str, index: int) -> tuple[LiveRuntime, dic
     else:
         for s in me["pns"]:
             rt.add(f"pn:{s}", PnState(s, pncfg))
-    return rt, me
 
 
 async def serve(folder: Path, role: str, index: int) -> None:
@@ -167,6 +180,84 @@ async def serve(folder: Path, role: str, index: int) -> None:
     await rt.stop()
     if isinstance(rt.log_sink, EventFile):
         rt.log_sink.close()
+
+
+class _JoinAnswer:
+    """The joining process's inbox for the registrar's answer."""
+
+    def __init__(self) -> None:
+        self.reply: JoinReply | None = None
+        self.came = asyncio.Event()
+
+    def handle(self, event, now, rng) -> list:
+        if type(event) is JoinReply:
+            self.reply = event
+            self.came.set()
+        return []
+
+
+async def join_cluster(rm: str, secret: bytes, kind: str, folder: Path, *, pns: int = 1, cpus: float = 2.0,
+                       mem_gb: float = 8.0, rack: int = -1, bind: str = "127.0.0.1", port: int = 0,
+                       timeout_s: float = 30.0, ready: "asyncio.Event | None" = None,
+                       stop: "asyncio.Event | None" = None) -> dict:
+    """Join the cluster whose RM listens at ``rm`` as ``pns`` PNs (kind "pn") or a JM host (kind
+    "jm"), listening on ``bind``; run until ``stop`` is set (or SIGTERM/SIGINT). This process
+    keeps its own clock (its origin is its start; apollo.clocks turns other processes' times
+    into it). Its logs and records go to ``folder``. Returns the process entry it was given."""
+    from apollo.livecluster import ClusterError
+    folder.mkdir(parents=True, exist_ok=True)
+    tag = f"{kind}-{secrets.token_hex(3)}"
+    rt = LiveRuntime(secret, log_sink=EventFile(folder / f"events-joined-{tag}.jsonl"),
+                     workdir=str(folder / "work" / tag), listen_host=bind)
+    answer = _JoinAnswer()
+    inbox = f"joiner:{tag}"
+    rt.add(inbox, answer, start=False)
+    rt.add_route("registrar", rm)
+    await rt.start(listen_port=port)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    req = JoinRequest(kind, pns if kind == "pn" else 0, rack, cpus, mem_gb, rt.address, inbox)
+    while not answer.came.is_set():
+        rt.inject("registrar", req)
+        try:
+            await asyncio.wait_for(answer.came.wait(), 1.0)
+        except asyncio.TimeoutError:
+            if loop.time() > deadline:
+                await rt.stop()
+                raise ClusterError(f"the RM at {rm} did not answer a join for {timeout_s:.0f} s (is it up? is the "
+                                   f"secret the cluster's?)") from None
+            logging.getLogger("apollo.join").warning("the RM at %s has not answered yet; asking again", rm)
+    r = answer.reply
+    if not r.ok:
+        await rt.stop()
+        raise ClusterError(f"the cluster refused the join: {r.reason}")
+    info = json.loads(r.cluster)
+    me = {"role": kind, "index": r.index, "address": rt.address, "pns": list(r.servers)}
+    add_actors(rt, info, me, folder)
+    # Dial the processes that must reach ours (the RM and the JM hosts for PNs; the RM and the
+    # PN processes for a JM host): they learn our addresses from the hello, and dial us back
+    # at our listen address if a connection drops. Dialled again every second meanwhile.
+    peers = [p["address"] for p in info["processes"] if p["address"] != rt.address and
+             (p["role"] == "rm" or p["role"] == ("jm" if kind == "pn" else "pn"))]
+    stop = stop or asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (RuntimeError, ValueError):     # not the main thread (tests)
+            pass
+    if ready is not None:
+        ready.set()
+    logging.getLogger("apollo.join").info("joined as %s %s: %s", kind, r.index, r.servers)
+    while not stop.is_set():
+        for a in peers:
+            rt.node.connect(a)
+        try:
+            await asyncio.wait_for(stop.wait(), 1.0)
+        except asyncio.TimeoutError:
+            pass
+    await rt.stop()
+    rt.log_sink.close()
+    return me
 
 
 def _tight_timers() -> None:

@@ -42,7 +42,7 @@ class JmHost:
             view = self.view
             was_alive, was_boot = view.alive.copy(), view.boot_times.copy()
             try:
-                view.apply_view(event)
+                view.apply_view(event, now)
             except ValueError as e:
                 return [Log("warn", (str(e),))]
             lost = np.flatnonzero((was_alive & ~view.alive) | (view.boot_times > was_boot))
@@ -74,7 +74,7 @@ class JmHost:
         apply_row = self.view.apply_row
         route = self._route
         for b in batches:
-            apply_row(b.server, b.matrix, b.matrix_time)
+            apply_row(b.server, b.matrix, b.matrix_time, b.time, now)
             if b.job_id not in self.jms:
                 out += self._orphan_reports(b)
                 continue
@@ -98,7 +98,9 @@ class JmHost:
             return self._route(msg.job_id, TokenGrant(msg.job_id, msg.tokens, msg.seq), now, rng)
         if msg.job_id in self.finished:
             return [Send(self.cfg.rm, self.finished[msg.job_id])]
-        jm = JmState(msg.job_id, msg.spec, msg.tokens, msg.submitted_at, self.cfg, self.view, msg.reply_to,
+        # (submitted_at is on the RM's clock: on ours, as far as the RM's views tell)
+        jm = JmState(msg.job_id, msg.spec, msg.tokens, msg.submitted_at + self.view.rm_clock.get(0), self.cfg,
+                     self.view, msg.reply_to,
                      seq=msg.seq, generation=msg.generation, done=msg.done)
         self.jms[msg.job_id] = jm
         self.started += 1

@@ -490,6 +490,11 @@ class JmState:
 
     def _on_reports(self, reports, server: int, now: float, rng, out: list) -> None:
         changed = False
+        shift = self.view.pn_clocks.get(server)     # the PN's times on our clock
+        if shift:
+            reports = [TaskReport(r.job_id, r.task, r.attempt, r.state, r.t_start + shift,
+                                  r.t_end + shift if r.t_end > 0 else r.t_end, r.exit_code, r.detail)
+                       for r in reports]
         n = self.n
         sent, state = self._sent, self.state
         for r in reports:

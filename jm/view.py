@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from apollo.clocks import Offsets
 from apollo.messages import ClusterView
 from apollo.shapes import GRID, ShapeGrid
 
-IDLE_CHECK_S = 0.01     # has_idle re-scans the lightly loaded servers at most this often
+IDLE_CHECK_S = 0.01
+BOOT_JITTER_S = 0.01    # boot times from the RM closer than this to ours are the same boot     # has_idle re-scans the lightly loaded servers at most this often
 
 
 class ViewCache:
@@ -40,6 +42,10 @@ class ViewCache:
         self._idle = False                           # has_idle's last finding, and when
         self._idle_checked_at = -np.inf
         self.version = 0                             # bumped by every change below (caches key on it)
+        # Other processes' clocks against this host's (apollo.clocks): every time kept here is
+        # on this host's clock, turned from the sender's on arrival.
+        self.pn_clocks = Offsets(servers)
+        self.rm_clock = Offsets(1)
         self._free, self._free_at, self._slots = None, -1, {}
 
     def free_slots_reported(self, cpu: float) -> int:
@@ -117,25 +123,35 @@ class ViewCache:
             return np.zeros(cand.shape)
         return np.where(mine & (free < cpu[:, None] - 1e-9), self.sent_wait[cand], 0.0)
 
-    def apply_view(self, v: ClusterView) -> None:
+    def apply_view(self, v: ClusterView, now: float = 0.0) -> None:
+        """Fold in the RM's view (its times on the RM's clock, turned into ours; ``now``: when it
+        arrived)."""
         n = self.servers
         if len(v.stamps) != n or len(v.matrices) != n * self.shapes:
             raise ValueError(f"cluster view for {len(v.stamps)} servers x {len(v.matrices) // max(len(v.stamps), 1)}"
                              f" shapes does not fit this host's {n} x {self.shapes}")
-        newer = v.stamps > self.stamps
+        shift = self.rm_clock.observe(0, now, v.time)
+        stamps = v.stamps + shift
+        newer = stamps > self.stamps
         if newer.any():
             self.matrices[newer] = v.matrices.reshape(n, self.shapes)[newer]
-            self.stamps[newer] = v.stamps[newer]
-        self.boot_times = np.maximum(self.boot_times, v.boot_times)
+            self.stamps[newer] = stamps[newer]
+        # (a boot time moves only when the server restarted, not by an estimate's jitter)
+        boots = v.boot_times + shift
+        self.boot_times = np.where(boots > self.boot_times + BOOT_JITTER_S, boots, self.boot_times)
         self.alive = v.alive.astype(bool)
         self.alive_count = int(self.alive.sum())
         if len(v.lightly_loaded):
             self.lightly_loaded = v.lightly_loaded
-        self.time = v.time
+        self.time = v.time + shift
         self.version += 1
         self._idle_checked_at = -np.inf              # a new view: look again
 
-    def apply_row(self, server: int, matrix: np.ndarray, time: float) -> None:
+    def apply_row(self, server: int, matrix: np.ndarray, time: float, sent: float = -1.0, now: float = 0.0) -> None:
+        """A PN's reading taken at ``time`` (its clock), in a message it sent at ``sent`` (< 0:
+        unknown) that arrived at ``now`` (ours)."""
+        if sent >= 0:
+            time += self.pn_clocks.observe(server, now, sent)
         if time > self.stamps.item(server):
             self.matrices[server] = matrix
             self.stamps[server] = time

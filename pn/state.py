@@ -583,7 +583,7 @@ class PnState:
                 if r.state not in live:
                     known[(r.job_id, r.task, r.attempt)] = r
             at = self.jm_at.get(job_id)
-            out.append(Send(at[1] if at is not None else f"jm:{job_id}", StatusBatch(job_id, self.server, reps, m, t)))
+            out.append(Send(at[1] if at is not None else f"jm:{job_id}", StatusBatch(job_id, self.server, reps, m, t, now)))
         if len(known) > KNOWN_MAX:
             self._forget_oldest()
 

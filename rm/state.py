@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from apollo.clocks import Offsets
 from apollo.effects import Log, Persist, Send, SetTimer, Start, Timer
 from apollo.messages import (CancelJob, ClusterView, Heartbeat, HostReport, JobAccepted, JobDemand, JobDone,
                              ReclaimTokens, ReleaseJob, StartJob, SubmitJob, TokenGrant)
@@ -113,6 +114,9 @@ class RmState:
         self.running_tasks = np.zeros(n, dtype=np.int64)
         self.queued_tasks = np.zeros(n, dtype=np.int64)
         self.cpu_free = np.full(n, float(config.server_cores))
+        self._offsets = Offsets(n)                  # each PN's clock against ours
+        self._pn_time = [-math.inf] * n             # its last heartbeat's time, on its clock
+        self._pn_boot = [math.nan] * n              # ...and boot time, on its clock
         self._alive_n = 0                # alive.sum(), kept (capacity is read per admission)
         self.jobs: dict[int, JobEntry] = {}
         self.next_job_id = 0
@@ -180,15 +184,20 @@ class RmState:
         s = hb.server
         if s >= self.cfg.servers:
             return [Log("warn", (f"heartbeat from unknown server {s}",))]
-        if hb.time < self.stamps[s]:
+        # (its clock is its own: its times are turned into ours, apollo.clocks)
+        booted = hb.boot_time != self._pn_boot[s]
+        if not booted and hb.time < self._pn_time[s]:
             return []  # reordered: an older reading
+        self._pn_time[s] = hb.time
+        shift = self._offsets.observe(s, now, hb.time)
+        if booted:     # (a new incarnation, or the first heartbeat heard)
+            self._pn_boot[s] = hb.boot_time
+            self.boot_times[s] = hb.boot_time + shift
         self.matrices[s] = hb.matrix
-        self.stamps[s] = hb.time
+        self.stamps[s] = hb.time + shift
         self.running_tasks[s] = hb.running
         self.queued_tasks[s] = hb.queued
         self.cpu_free[s] = hb.cpu_free
-        if self.boot_times[s] != hb.boot_time:
-            self.boot_times[s] = hb.boot_time
         if not self.alive[s]:
             self.alive[s] = 1
             self._alive_n += 1

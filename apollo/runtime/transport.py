@@ -201,6 +201,7 @@ class _Conn(asyncio.Protocol):
             if type(v) is list and len(v) == 2 and v[0] == "refused" and type(v[1]) is str:
                 node.refused_by_peer += 1
                 self._close(f"peer refused our handshake: {v[1][:200]}")
+                node._handshake_failed(self, v[1][:200], True)
                 return
             node.bad_frames += 1
             self._close(f"bad data frame: expected [to, code, ...], got {_describe(v)}")
@@ -237,6 +238,7 @@ class _Conn(asyncio.Protocol):
         if type(v) is list and len(v) == 2 and v[0] == "refused" and type(v[1]) is str:
             node.refused_by_peer += 1
             self._close(f"peer refused our handshake: {v[1][:200]}")
+            node._handshake_failed(self, v[1][:200], True)
             return
         if self.state == HELLO:
             if type(v) is not list or not v or v[0] != "hello":
@@ -288,6 +290,7 @@ class _Conn(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self._write_now(["refused", reason])
         self._close(f"handshake refused: {reason}")
+        self.node._handshake_failed(self, reason, False)
 
     def _close(self, reason: str) -> None:
         if self.state == CLOSED:
@@ -333,7 +336,11 @@ class Node:
     ``on_message(to, msg)`` is called for every data frame that arrives (``to`` is
     the destination address written by the sender); ``on_peer_lost(addresses)``
     (optional, assignable) when a connection closes, with the addresses that no
-    longer have any live peer.
+    longer have any live peer. For a client that must tell its user why it cannot reach
+    the cluster (optional, assignable): ``on_handshake_failed(hostport, reason, by_peer)``
+    when the handshake of a connection this node dialled fails (``by_peer``: the peer
+    refused us, else we refused the peer), ``on_dial_failed(hostport, reason)`` when a
+    connect fails.
     """
 
     def __init__(self, secret: bytes, hosted: list[str], on_message: Callable[[str, Any], None],
@@ -348,6 +355,8 @@ class Node:
         self._hosted_set = set(hosted)
         self.on_message = on_message
         self.on_peer_lost = on_peer_lost
+        self.on_handshake_failed: Callable[[str, str, bool], None] | None = None
+        self.on_dial_failed: Callable[[str, str], None] | None = None
         self.listen_host = listen_host
         self.listen_port = listen_port          # None: do not listen (a pure client)
         self.max_frame = max_frame
@@ -529,6 +538,11 @@ class Node:
             self._backoff[hp] = (time.monotonic() + back, back)
             self._forget_dial(c, hp, f"connect failed ({type(e).__name__}: {e}); retrying no sooner "
                                      f"than {back:.1f}s from now")
+            if self.on_dial_failed is not None and not self._closed:
+                try:
+                    self.on_dial_failed(hp, str(e) or type(e).__name__)
+                except Exception:
+                    log.exception("on_dial_failed failed")
         else:
             self._backoff.pop(hp, None)
 
@@ -545,6 +559,13 @@ class Node:
         c.pending = 0
 
     # ---- connection events -------------------------------------------------------------
+    def _handshake_failed(self, c: _Conn, reason: str, by_peer: bool) -> None:
+        if c.outbound and self.on_handshake_failed is not None and not self._closed:
+            try:
+                self.on_handshake_failed(c.target, reason, by_peer)
+            except Exception:
+                log.exception("on_handshake_failed failed")
+
     def _ready(self, c: _Conn) -> None:
         self._nonces.discard(c.my_nonce)
         c.ready_at = time.monotonic()

@@ -1,0 +1,122 @@
+"""Several hosts, on one machine: Linux network namespaces joined by veth pairs to a bridge (in
+a namespace of its own). The RM and the JM hosts run in one namespace, PNs join from two
+others (`apollo node join`), each process on its own clock; a replay of 150 jobs of the
+FB-2009 trace completes, while one PN namespace is cut off for 30 s: its tasks run again
+elsewhere, each task's result is counted once, and its PNs are back after.
+
+Needs root and iproute2 (CI runs as root); skips otherwise. Only addresses inside the
+namespaces this test creates (10.77.0.0/24) are ever used.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "FB-2009_samples_24_times_1hr_0.tsv"
+IP = shutil.which("ip")
+NET = "10.77.0"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or IP is None or not TRACE.exists(),
+                                reason="needs root, iproute2 and ../shared/traces")
+
+
+def sh(*args, ns=None, check=True):
+    cmd = ([IP, "netns", "exec", ns] if ns else []) + [str(a) for a in args]
+    return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=60)
+
+
+class Namespaces:
+    """Four namespaces: a bridge and three hosts (10.77.0.1-3), torn down on exit."""
+
+    def __init__(self, tag: str) -> None:
+        self.br = f"apl{tag}br"
+        self.hosts = [f"apl{tag}h{i}" for i in range(3)]
+
+    def __enter__(self):
+        self.__exit__()
+        for ns in [self.br, *self.hosts]:
+            sh(IP, "netns", "add", ns)
+            sh(IP, "link", "set", "lo", "up", ns=ns)
+        sh(IP, "link", "add", "br0", "type", "bridge", ns=self.br)
+        sh(IP, "link", "set", "br0", "up", ns=self.br)
+        for i, ns in enumerate(self.hosts):
+            sh(IP, "link", "add", "eth0", "type", "veth", "peer", "name", f"p{i}", "netns", self.br, ns=ns)
+            sh(IP, "addr", "add", f"{NET}.{i + 1}/24", "dev", "eth0", ns=ns)
+            sh(IP, "link", "set", "eth0", "up", ns=ns)
+            sh(IP, "link", "set", f"p{i}", "master", "br0", "up", ns=self.br)
+        return self
+
+    def cut(self, i: int, down: bool) -> None:
+        sh(IP, "link", "set", "eth0", "down" if down else "up", ns=self.hosts[i])
+
+    def __exit__(self, *exc):
+        for ns in [*self.hosts, self.br]:
+            subprocess.run([IP, "netns", "pids", ns], capture_output=True)
+            pids = subprocess.run([IP, "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            for p in pids:
+                try:
+                    os.kill(int(p), 9)
+                except (ProcessLookupError, ValueError):
+                    pass
+            subprocess.run([IP, "netns", "del", ns], capture_output=True)
+
+
+def apollo(ns: str, *args, **kw):
+    return subprocess.Popen([IP, "netns", "exec", ns, sys.executable, "-m", "apollo.cli", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def api(ns: str, folder: Path, path: str) -> dict:
+    code = ("import json,sys,urllib.request;c=json.load(open(sys.argv[1]));"
+            "print(urllib.request.urlopen(f\"http://{c['http']}" + path + "\", timeout=5).read().decode())")
+    return json.loads(sh(sys.executable, "-c", code, folder / "cluster.json", ns=ns).stdout)
+
+
+def test_pns_on_other_hosts_join_survive_a_partition_and_rejoin(tmp_path):
+    folder = tmp_path / "cluster"
+    with Namespaces(f"{os.getpid() % 10000}") as net:
+        a, b, c = net.hosts
+        up = apollo(a, "cluster", "up", "--cluster", folder, "--bind", f"{NET}.1", "--pns", 8, "--racks", 2,
+                    "--procs", 0)
+        assert up.wait(60) == 0, up.stdout.read()
+        rm = json.loads((folder / "cluster.json").read_text())["rm"]
+        joins = [apollo(ns, "node", "join", "--rm", rm, "--secret-file", folder / "secret", "--pns", 4,
+                        "--rack", r, "--bind", f"{NET}.{i + 2}", "--dir", tmp_path / f"joined{r}")
+                 for i, (ns, r) in enumerate([(b, 0), (c, 1)])]
+        try:
+            deadline = time.monotonic() + 30
+            while api(a, folder, "/api/cluster")["servers_alive"] < 8:
+                assert time.monotonic() < deadline, "the joined PNs never all came alive"
+                time.sleep(0.2)
+            rep = apollo(a, "replay", "--cluster", folder, TRACE, "--jobs", 150, "--speedup", 100,
+                         "--json", tmp_path / "replay.json")
+            time.sleep(8.0)
+            net.cut(2, down=True)                 # the second PN host, cut off for 30 s
+            t_cut = time.monotonic()
+            dead = 0
+            while time.monotonic() - t_cut < 30.0:
+                dead = max(dead, 8 - api(a, folder, "/api/cluster")["servers_alive"])
+                time.sleep(1.0)
+            net.cut(2, down=False)
+            out, _ = rep.communicate(timeout=240)
+            assert rep.returncode == 0, out
+            report = json.loads((tmp_path / "replay.json").read_text())
+            deadline = time.monotonic() + 30
+            while api(a, folder, "/api/cluster")["servers_alive"] < 8:
+                assert time.monotonic() < deadline, "the cut-off PNs did not come back"
+                time.sleep(0.5)
+        finally:
+            for j in joins:
+                j.kill()
+            subprocess.run([IP, "netns", "exec", a, sys.executable, "-m", "apollo.cli", "cluster", "down",
+                            "--cluster", str(folder)], capture_output=True, timeout=60)
+    assert dead == 4, "the cut-off host's 4 PNs were not seen dead"
+    j, t = report["jobs"], report["tasks"]
+    print(f"\n150-job replay over 3 namespaces, one cut off 30 s: jobs {j}, tasks {t}")
+    assert j["submitted"] == j["completed"] == 150
+    assert t["completed"] == t["submitted"]          # each task's result counted once
