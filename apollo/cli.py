@@ -59,6 +59,39 @@ def _simulate(args: argparse.Namespace) -> int:
     return _show(report, args.json)
 
 
+def _node(args) -> int:
+    import asyncio
+    import logging
+
+    from apollo.node import _tight_timers, join_cluster
+    from apollo.runtime.live import run
+    folder = Path(args.dir).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(filename=str(folder / "joined.log"), level=logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        secret = Path(args.secret_file).read_bytes().strip()
+    except OSError as e:
+        print(f"apollo node join: cannot read the secret file: {e}", file=sys.stderr)
+        return 2
+    _tight_timers()
+    ready = None
+
+    async def main():
+        nonlocal ready
+        ready = asyncio.Event()
+        task = asyncio.ensure_future(join_cluster(
+            args.rm, secret, "jm" if args.jm_host else "pn", folder, pns=args.pns, cpus=args.cpus,
+            mem_gb=args.mem_gb, rack=args.rack, bind=args.bind, port=args.port, ready=ready))
+        await asyncio.wait([task, asyncio.ensure_future(ready.wait())], return_when=asyncio.FIRST_COMPLETED)
+        if ready.is_set():
+            print(f"joined the cluster at {args.rm} ({'a JM host' if args.jm_host else f'{args.pns} PNs'}); "
+                  f"logs in {folder}", flush=True)
+        return await task
+    run(main())
+    return 0
+
+
 def _chaos(args) -> int:
     from apollo.chaos import run_chaos
 
@@ -102,7 +135,7 @@ def _cluster(args: argparse.Namespace) -> int:
     if args.action == "up":
         info = livecluster.up(folder, pns=args.pns, racks=args.racks, procs=args.procs, cpus=args.cpus,
                               mem_gb=args.mem_gb, scheduler=args.scheduler, queues=args.queues,
-                              http_host=args.http_host, jm_hosts=args.jm_hosts)
+                              http_host=args.http_host, jm_hosts=args.jm_hosts, bind=args.bind)
         print(f"cluster up in {info['startup_s']:.2f} s: RM {info['rm']}, {args.jm_hosts} JM hosts, {args.pns} PNs "
               f"in {args.racks} racks over {args.procs} processes; files in {folder}; "
               f"dashboard http://{info['http']}/")
@@ -376,6 +409,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--crash", action="append", metavar="T:WHO:DOWN",
                    help="crash an actor at T for DOWN s: WHO is a server number, rm, or jm:K (JM host K)")
 
+    nd = sub.add_parser("node", help="join a running cluster from this machine: PNs or a JM host")
+    nd.add_argument("action", choices=["join"])
+    nd.add_argument("--rm", required=True, metavar="HOST:PORT", help="the cluster's RM (cluster.json's \"rm\")")
+    nd.add_argument("--secret-file", required=True, help="a copy of the cluster's DIR/secret")
+    nd.add_argument("--pns", type=int, default=1, help="PNs to run here (one per server)")
+    nd.add_argument("--cpus", type=float, default=2.0, help="CPUs per PN (as the cluster's)")
+    nd.add_argument("--mem-gb", type=float, default=8.0, help="memory per PN (as the cluster's)")
+    nd.add_argument("--rack", type=int, default=-1, help="the rack these servers are in (default: any)")
+    nd.add_argument("--jm-host", action="store_true", help="join as a JM host instead of PNs")
+    nd.add_argument("--bind", default="127.0.0.1", help="the address to listen on (reachable from the cluster)")
+    nd.add_argument("--port", type=int, default=0)
+    nd.add_argument("--dir", default=str(Path.home() / ".apollo" / "joined"), help="logs and records here")
+
     ch = sub.add_parser("chaos", help="seeded simulations with random faults; invariants checked every event")
     ch.add_argument("--seeds", type=int, default=100)
     ch.add_argument("--start", type=int, default=0, help="the first seed")
@@ -396,6 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--mem-gb", type=float, default=8.0)
     c.add_argument("--scheduler", default="apollo", choices=list(PROFILES))
     c.add_argument("--queues", metavar="FILE", help="a queue file (TOML): fair pools or capacity queues")
+    c.add_argument("--bind", default="127.0.0.1",
+                   help="the address every process listens on (another machine's PNs join through it)")
     c.add_argument("--jm-hosts", type=int, default=2,
                    help="JM host processes (jobs move to another when one dies)")
     c.add_argument("--http-host", default="127.0.0.1",
@@ -481,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "simulate":
             return _simulate(args)
         handlers = {"cluster": _cluster, "submit": _submit, "jobs": _jobs, "job": _job, "cancel": _cancel,
-                    "replay": _replay, "demo": _demo, "queues": _queues, "chaos": _chaos,
+                    "replay": _replay, "demo": _demo, "queues": _queues, "chaos": _chaos, "node": _node,
                     "dashboard": _dashboard}
         if args.cmd in handlers:
             return handlers[args.cmd](args)

@@ -654,6 +654,10 @@ class Node:
                 if repl is None:
                     del self._learned[a]
                     lost.append(a)
+                    if c.peer_listen and a not in self._routes:
+                        # a peer that joined by dialling us (another host's PNs) is dialled back
+                        # at its listen address from now on: its connection may come back later
+                        self._routes[a] = c.peer_listen
                 else:
                     self._learned[a] = repl
         if lost and self.on_peer_lost is not None and not self._closed:
