@@ -32,8 +32,8 @@ from .policies.pipeline import place, place_one
 
 S = TaskState
 # Plain ints for the hot paths (enum attribute access is slow); same values as TaskState.
-PENDING, READY, DISPATCHED, RUNNING, DONE, FAILED = (int(S.PENDING), int(S.READY), int(S.DISPATCHED),
-                                                     int(S.RUNNING), int(S.DONE), int(S.FAILED))
+PENDING, READY, DISPATCHED, RUNNING, DONE, FAILED, KILLED = (
+    int(S.PENDING), int(S.READY), int(S.DISPATCHED), int(S.RUNNING), int(S.DONE), int(S.FAILED), int(S.KILLED))
 OPPORTUNISTIC_MAX_WAIT_S = 0.5   # opportunistic tasks only go where they should start about now
 
 
@@ -318,6 +318,9 @@ class JmState:
             return
         cur = self.state.item(t)
         ended = rep.state == DONE
+        if cur in (DISPATCHED, RUNNING) and spec.attempt == self.attempt.item(t):
+            self._on_reports((rep,), server, now, rng, out)     # ours already (a repeated answer)
+            return
         if cur == DONE or (cur in (DISPATCHED, RUNNING) and not ended):
             if not ended:
                 out.append(Send(f"pn:{server}", KillTask(self.job_id, t, spec.attempt)))
@@ -528,10 +531,12 @@ class JmState:
                 self._attempt_over(t, now, out, "fail", r.detail or f"exit code {r.exit_code}",
                                    blame=True, t_end=r.t_end)
                 changed = True
-            elif rs == READY:      # preempted, refused, or unknown there: no fault of the task
+            elif rs == READY or rs == KILLED:
+                # preempted, refused, unknown there, or killed by someone else (an earlier home
+                # of the job, whose kill was late): no fault of the task
                 self.start_t[t] = r.t_start
                 self._attempt_over(t, now, out, "requeue", r.detail, blame=False, t_end=r.t_end,
-                                   outcome="lost" if r.detail == "unknown attempt" else "")
+                                   outcome="lost" if r.detail == "unknown attempt" or rs == KILLED else "")
                 changed = True
             if self.finished:
                 return

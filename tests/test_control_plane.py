@@ -18,8 +18,8 @@ from rm.store import MemoryJobStore
 
 
 class Rng:
-    def random(self):
-        return 0.5
+    def random(self, size=None):
+        return 0.5 if size is None else np.full(size, 0.5)
 
 
 def job(n=4, name="j"):
@@ -121,3 +121,23 @@ def test_a_dead_jm_host_s_jobs_are_adopted_not_rerun():
 def test_chaos_seed(seed):
     out = check_seed(seed)
     assert out["why"] == "", f"{out['why']} (replay: {out['replay']})"
+
+
+def test_an_adopting_jm_takes_a_pn_s_attempts_once_even_if_the_answer_comes_twice():
+    from apollo.cluster import Topology
+    from apollo.messages import KillTask, TaskReport
+    from jm.host import JmHost
+    from jm.state import JmConfig
+    host = JmHost(JmConfig(topology=Topology(4, 2, 4.0, 16.0), host="jmhost:1"))
+    out = host.handle(StartJob(1, job(4), 4, 0.0, "c", 5, 1, b""), 1.0, Rng())
+    assert len(sends(out, ProbeJob)) == 4 and not sends(out, Dispatch)     # asks every PN first
+    held = Holding(1, 2, [task(0, attempt=1)], [TaskReport(1, 0, 1, int(TaskState.RUNNING), 0.5, 0.0, 0, "held")], [])
+    first = host.handle(held, 1.01, Rng())
+    again = host.handle(held, 1.02, Rng())                  # the network delivered it twice
+    assert not sends(first + again, KillTask)
+    jm = host.jms[1]
+    assert jm.state[0] == int(TaskState.RUNNING) and jm.attempt[0] == 1 and jm.used_tokens == 1.0
+    from apollo.effects import Timer
+    out = host.handle(Timer((1, "adopted")), 1.3, Rng())
+    sent = [t.task for d in sends(out, Dispatch) for t in d.msg.tasks]
+    assert sorted(sent) == [1, 2, 3] and all(t.attempt > 1 << 16 for d in sends(out, Dispatch) for t in d.msg.tasks)
