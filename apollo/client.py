@@ -294,21 +294,32 @@ class Client:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         answer = self.inbox.answers[key] = loop.create_future()
+        # Resent by a timer, not a task per submission: a submit is on every job's critical path.
+        resend = None
+
+        def again() -> None:
+            nonlocal resend
+            if answer.done():
+                return
+            try:
+                self._check()
+            except Exception as e:                    # the cluster refused our secret meanwhile
+                answer.set_exception(e)
+                return
+            left = deadline - loop.time()
+            if left <= 0:
+                answer.set_exception(_cluster_error(self._not_answering(gave_up_s=timeout_s)))
+                return
+            if self.on_retry is not None:
+                self.on_retry(self._not_answering(retry_s=left))
+            self.rt.inject("rm", msg)
+            resend = loop.call_later(min(RETRY_S, left), again)
         try:
-            while True:
-                self.rt.inject("rm", msg)
-                try:
-                    ans: JobAccepted = await asyncio.wait_for(asyncio.shield(answer),
-                                                              min(RETRY_S, max(deadline - loop.time(), 0.01)))
-                    break
-                except asyncio.TimeoutError:
-                    self._check()
-                    left = deadline - loop.time()
-                    if left <= 0:
-                        raise _cluster_error(self._not_answering(gave_up_s=timeout_s)) from None
-                    if self.on_retry is not None:
-                        self.on_retry(self._not_answering(retry_s=left))
+            self.rt.inject("rm", msg)
+            resend = loop.call_later(min(RETRY_S, timeout_s), again)
+            ans: JobAccepted = await answer
         finally:
+            resend.cancel()
             self.inbox.answers.pop(key, None)
         if not ans.accepted:
             raise SpecError(f"job {spec.name!r} refused: {ans.reason}")
@@ -324,24 +335,30 @@ class Client:
         f = asyncio.get_running_loop().create_future()
         waiters = self.inbox.waiters.setdefault(job_id, [])
         waiters.append(f)
-        poll = asyncio.ensure_future(self._ask_again(job_id)) if job_id in self._asked else None
+        poll = self._ask_again(job_id, f) if job_id in self._asked else None
         try:
             return await (f if timeout_s is None else asyncio.wait_for(f, timeout_s))
         finally:
             if poll is not None:
-                poll.cancel()
+                poll[0].cancel()
             if (not f.done() or f.cancelled()) and f in waiters:
                 waiters.remove(f)
                 if not waiters and self.inbox.waiters.get(job_id) is waiters:
                     del self.inbox.waiters[job_id]
 
-    async def _ask_again(self, job_id: int) -> None:
-        """While waiting: repeat the job's submission (same key) now and then; the RM answers a
+    def _ask_again(self, job_id: int, f: asyncio.Future) -> list:
+        """While waiting: repeat the job's submission (same key) every POLL_S; the RM answers a
         repeat about a finished job with its JobDone (both copies of the first may be lost: the
-        RM restarted, the JM host died)."""
-        while True:
-            await asyncio.sleep(POLL_S)
-            self.rt.inject("rm", self._asked[job_id])
+        RM restarted, the JM host died). Returns [the timer handle] (cancel it when done)."""
+        loop = asyncio.get_running_loop()
+        handle: list = []
+
+        def again() -> None:
+            if not f.done():
+                self.rt.inject("rm", self._asked[job_id])
+                handle[0] = loop.call_later(POLL_S, again)
+        handle.append(loop.call_later(POLL_S, again))
+        return handle
 
     def position(self, job_id: int) -> tuple[str, int] | None:
         """(queue, place in line) while the job waits for admission; None once admitted."""

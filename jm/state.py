@@ -493,11 +493,7 @@ class JmState:
 
     def _on_reports(self, reports, server: int, now: float, rng, out: list) -> None:
         changed = False
-        shift = self.view.pn_clocks.get(server)     # the PN's times on our clock
-        if shift:
-            reports = [TaskReport(r.job_id, r.task, r.attempt, r.state, r.t_start + shift,
-                                  r.t_end + shift if r.t_end > 0 else r.t_end, r.exit_code, r.detail)
-                       for r in reports]
+        shift = self.view.pn_clocks.get(server)     # + shift: the PN's times on our clock
         n = self.n
         sent, state = self._sent, self.state
         for r in reports:
@@ -525,17 +521,17 @@ class JmState:
                 self.last_heard[t] = now
                 if cur == DISPATCHED:        # else already known (a probe's answer): news only
                     state[t] = step(cur, "start")
-                    self.start_t[t] = r.t_start
+                    self.start_t[t] = r.t_start + shift
             elif rs == FAILED:
-                self.start_t[t] = r.t_start
+                self.start_t[t] = r.t_start + shift
                 self._attempt_over(t, now, out, "fail", r.detail or f"exit code {r.exit_code}",
-                                   blame=True, t_end=r.t_end)
+                                   blame=True, t_end=r.t_end + shift)
                 changed = True
             elif rs == READY or rs == KILLED:
                 # preempted, refused, unknown there, or killed by someone else (an earlier home
                 # of the job, whose kill was late): no fault of the task
-                self.start_t[t] = r.t_start
-                self._attempt_over(t, now, out, "requeue", r.detail, blame=False, t_end=r.t_end,
+                self.start_t[t] = r.t_start + shift
+                self._attempt_over(t, now, out, "requeue", r.detail, blame=False, t_end=r.t_end + shift,
                                    outcome="lost" if r.detail == "unknown attempt" or rs == KILLED else "")
                 changed = True
             if self.finished:
@@ -578,7 +574,8 @@ class JmState:
         self.state[t] = step(cur, "finish")
         opp = self._free_slot(t, spec.cpu)
         loc = spec.locality
-        self._record(st, t, spec.attempt, server, loc, r.t_start, r.t_end, "done", opp, out)
+        shift = self.view.pn_clocks.get(server)
+        self._record(st, t, spec.attempt, server, loc, r.t_start + shift, r.t_end + shift, "done", opp, out)
         st.observe(max(0.0, (r.t_end - r.t_start) - self.cfg.io.io_time(spec.input_bytes, loc)))
         self.done += 1
         st.remaining -= 1

@@ -278,9 +278,12 @@ class RmState:
         self.jobs[job_id] = e
         if msg.key:
             self.by_key[msg.key] = job_id
-        out: list = [Persist("put", (job_id, spec, now, msg.reply_to, msg.key)),     # stored, then acknowledged
-                     Log("job_submitted", (job_id, now, spec.total_tasks, leaf, spec.user))]
         start = self._admit_now(e, now)
+        # Stored (with its host, if admitted at once: one write on the job's critical path, not
+        # two), then acknowledged; the StartJob in ``start`` goes out after the write too.
+        start = [x for x in start if not (type(x) is Persist and x.op == "home")]
+        out: list = [Persist("put", (job_id, spec, now, msg.reply_to, msg.key, e.host)),
+                     Log("job_submitted", (job_id, now, spec.total_tasks, leaf, spec.user))]
         where = "" if e.admitted else f"waiting in queue {leaf} at position {self.positions[job_id][1]}"
         out.append(Send(msg.reply_to, JobAccepted(job_id, spec.name, True, where, msg.key)))
         return out + start

@@ -45,14 +45,13 @@ class StoredJobs:
 
 class JobStore:
     def apply(self, p: Persist) -> None:
-        """Carry out an RM's Persist: ("put", (job_id, spec, submitted_at, reply_to)) or
-        ("finish", (job_id, state, reason, at))."""
+        """Carry out an RM's Persist (see OPS)."""
         op = self.OPS.get(p.op)
         if op is None:
             raise ValueError(f"unknown job store operation {p.op!r}")
         getattr(self, op)(*p.args)
 
-    # Persist op -> method: ("put", (job_id, spec, submitted_at, reply_to[, key])), ("finish",
+    # Persist op -> method: ("put", (job_id, spec, submitted_at, reply_to[, key, host])), ("finish",
     # (job_id, state, reason, at)), ("home", (job_id, host, generation)), ("progress", (job_id,
     # done bitmap)), ("boot", (boots,)), ("queues", ...).
     OPS = {"put": "put", "finish": "finish", "queues": "queues", "home": "home", "progress": "progress",
@@ -61,7 +60,8 @@ class JobStore:
     def recovered(self) -> StoredJobs:
         return StoredJobs(self.max_job_id(), tuple(self.unfinished()), tuple(self.finished()), self.boots())
 
-    def put(self, job_id: int, spec: JobSpec, submitted_at: float, reply_to: str, key: str = "") -> None: ...
+    def put(self, job_id: int, spec: JobSpec, submitted_at: float, reply_to: str, key: str = "",
+            host: str = "") -> None: ...
     def finish(self, job_id: int, state: str, reason: str, at: float) -> None: ...
     def home(self, job_id: int, host: str, generation: int) -> None: ...
     def progress(self, job_id: int, done: bytes) -> None: ...
@@ -82,8 +82,8 @@ class MemoryJobStore(JobStore):
         self.rows: dict[int, list] = {}
         self._boots = 0
 
-    def put(self, job_id, spec, submitted_at, reply_to, key=""):
-        self.rows[job_id] = [spec, submitted_at, reply_to, "running", None, "", key, "", 0, b""]
+    def put(self, job_id, spec, submitted_at, reply_to, key="", host=""):
+        self.rows[job_id] = [spec, submitted_at, reply_to, "running", None, "", key, host, 0, b""]
 
     def finish(self, job_id, state, reason, at):
         r = self.rows.get(job_id)
@@ -144,12 +144,12 @@ class SqliteJobStore(JobStore):
         self.db.execute("""CREATE TABLE IF NOT EXISTS waiting (
             job_id INTEGER PRIMARY KEY, queue TEXT, position INTEGER)""")
 
-    def put(self, job_id, spec, submitted_at, reply_to, key=""):
+    def put(self, job_id, spec, submitted_at, reply_to, key="", host=""):
         blob = msgpack.packb(JOB[0](spec), use_bin_type=True)
         # A plain INSERT: an id is never reused, so a clash is a bug to hear about, not to paper over.
         self.db.execute("INSERT INTO jobs (job_id, name, spec, submitted_at, reply_to, state, finished_at, reason,"
-                        " key) VALUES (?,?,?,?,?,'running',NULL,'',?)",
-                        (job_id, spec.name, blob, submitted_at, reply_to, key))
+                        " key, host) VALUES (?,?,?,?,?,'running',NULL,'',?,?)",
+                        (job_id, spec.name, blob, submitted_at, reply_to, key, host))
 
     def home(self, job_id, host, generation):
         self.db.execute("UPDATE jobs SET host=?, generation=? WHERE job_id=?", (host, generation, job_id))
