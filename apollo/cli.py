@@ -330,9 +330,12 @@ def _cancel(args: argparse.Namespace) -> int:
         async with Client(folder) as c:
             c.on_retry = _retry_note("cancel")
             await c.reach_rm(args.timeout)
-            c.cancel(args.id)
             deadline = time.monotonic() + 10.0
+            sent = 0.0
             while state() == "running" and time.monotonic() < deadline:
+                if time.monotonic() - sent >= 1.0:      # again each second: a cancel may be lost
+                    c.cancel(args.id)
+                    sent = time.monotonic()
                 await asyncio.sleep(0.05)
         print(f"job {args.id}: {state()}")
         return 0 if state() == "cancelled" else 1
