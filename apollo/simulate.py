@@ -101,9 +101,10 @@ class Client:
     closed loop (``backlog``), submits the next job as each one ends. A submission is retried
     with its idempotency key until the RM acknowledges it, then repeated now and then until
     the job's outcome comes (the RM answers a repeat with the outcome once there is one), so
-    a lost message or a crashed RM loses no job."""
-    RETRY_S = 5.0         # unacknowledged: submit again this often
-    POLL_S = 30.0         # acknowledged: ask again this often until the outcome comes
+    a lost message or a crashed RM loses no job. One timer checks every outstanding job (not
+    a timer per job: a cluster-sized run submits thousands)."""
+    RETRY_S = 5.0         # unacknowledged: submit again after this long
+    POLL_S = 30.0         # acknowledged: ask again after this long, until the outcome comes
 
     def __init__(self, expected: int, runtime: SimRuntime, jobs: dict, backlog: list | None = None) -> None:
         self.expected = expected
@@ -114,41 +115,53 @@ class Client:
         self.accepted: set[int] = set()
         self.refused: set[int] = set()
         self.backlog = backlog or []          # (job index, spec) not submitted yet, in order
+        self.sent_at: dict[int, float] = {}   # outstanding job -> when it was last (re)submitted
+        self._armed = False
 
     def handle(self, event, now, rng):
         t = type(event)
         out: list = []
         if t is Submit:
-            out += self._submit(event.index)
+            out += self._submit(event.index, now)
         elif t is Timer:
-            i = event.key[1]
-            if i not in self.results and i not in self.refused:
-                out += self._submit(i)
+            self._armed = False
+            for i, at in list(self.sent_at.items()):
+                if now - at >= (self.POLL_S if i in self.accepted else self.RETRY_S) - 1e-9:
+                    out += self._submit(i, now)
+            out += self._arm()
         elif t is JobDone:
             if event.job_id in self.results:
                 return []        # the second copy (the JM's and the RM's both come)
             self.results[event.job_id] = event
+            self.sent_at.pop(event.job_id, None)
             self.finished += 1
-            out += self._next()
+            out += self._next(now)
         elif t is JobAccepted:
             if event.accepted:
                 self.accepted.add(event.job_id)
             elif event.job_id not in self.refused and event.job_id not in self.results:
                 self.refused.add(event.job_id)
+                self.sent_at.pop(event.job_id, None)
                 self.finished += 1
-                out += self._next()
+                out += self._next(now)
         if self.finished >= self.expected:
             self.runtime.stopped = True
         return out
 
-    def _submit(self, i: int) -> list:
-        wait = self.POLL_S if i in self.accepted else self.RETRY_S
-        return [Send("rm", SubmitJob(i, self.jobs[i], "client", f"sim:{i}")), SetTimer(wait, ("retry", i))]
+    def _submit(self, i: int, now: float) -> list:
+        self.sent_at[i] = now
+        return [Send("rm", SubmitJob(i, self.jobs[i], "client", f"sim:{i}"))] + self._arm()
 
-    def _next(self) -> list:
+    def _arm(self) -> list:
+        if self._armed or not self.sent_at:
+            return []
+        self._armed = True
+        return [SetTimer(self.RETRY_S, "check")]
+
+    def _next(self, now: float) -> list:
         if self.backlog:
             i, _ = self.backlog.pop(0)
-            return self._submit(i)
+            return self._submit(i, now)
         return []
 
 

@@ -355,7 +355,7 @@ class JmState:
         t = type(event)
         out: list = []
         if t is StatusBatch:
-            self._on_status(event, now, rng, out)
+            self._on_reports(event.reports, event.server, now, rng, out)
         elif t is TokenGrant:
             if event.seq and event.seq <= self.token_seq:
                 return out          # a duplicate, or overtaken by a newer one
@@ -488,9 +488,6 @@ class JmState:
         return int(round(ready + self.used_tokens + self.outstanding_opp))
 
     # ---- status ----------------------------------------------------------------
-    def _on_status(self, msg: StatusBatch, now: float, rng, out: list) -> None:
-        self._on_reports(msg.reports, msg.server, now, rng, out)
-
     def _on_reports(self, reports, server: int, now: float, rng, out: list) -> None:
         changed = False
         shift = self.view.pn_clocks.get(server)     # + shift: the PN's times on our clock

@@ -153,7 +153,9 @@ class PnState:
         queued = False
         cfg = self.cfg
         if msg.reply_to and msg.tasks:
-            self._reply_to(msg.job_id, msg.tasks[0].attempt >> 16, msg.reply_to)
+            cur = self.jm_at.get(msg.job_id)
+            if cur is None or cur[1] != msg.reply_to:       # (the usual case: no change)
+                self._reply_to(msg.job_id, msg.tasks[0].attempt >> 16, msg.reply_to)
         known = self.known
         for spec in msg.tasks:
             key = spec.key
@@ -194,8 +196,9 @@ class PnState:
         a.state = step(a.state, "finish" if ev.ok else "fail")
         s = a.spec
         out: list = []
-        reports = {s.job_id: [TaskReport(s.job_id, s.task, s.attempt, int(a.state), a.started_at, now,
-                                         ev.exit_code, ev.detail)]}
+        self.known[ev.task_key] = rep = TaskReport(s.job_id, s.task, s.attempt, int(a.state), a.started_at, now,
+                                                   ev.exit_code, ev.detail)
+        reports = {s.job_id: [rep]}
         if self.queue or self.opp_queue:
             self._run_queues(now, rng, out, reports)
         self._emit_reports(now, out, reports)
@@ -212,7 +215,8 @@ class PnState:
             self._release(a)
             a.state = step(a.state, "finish" if ev.ok else "fail")
             s = a.spec
-            rep = TaskReport(s.job_id, s.task, s.attempt, int(a.state), a.started_at, now, ev.exit_code, ev.detail)
+            self.known[ev.task_key] = rep = TaskReport(s.job_id, s.task, s.attempt, int(a.state), a.started_at,
+                                                       now, ev.exit_code, ev.detail)
             r = reports.get(s.job_id)
             if r is None:
                 reports[s.job_id] = [rep]
@@ -244,7 +248,8 @@ class PnState:
             return out
         a.state = step(a.state, "kill")
         self._matrix = None
-        reports = {msg.job_id: [TaskReport(*key, int(a.state), a.started_at, now, -1, "killed")]}
+        self.known[key] = rep = TaskReport(*key, int(a.state), a.started_at, now, -1, "killed")
+        reports = {msg.job_id: [rep]}
         self._run_queues(now, rng, out, reports)
         # A kill frees room others are waiting for (a preemption kills several at once): the
         # report carries a reading planned now, not one planned a moment before the last kill.
@@ -439,8 +444,9 @@ class PnState:
             v.state = step(v.state, "requeue")
             out.append(Kill(vs.key))
             out.append(Log("preempted", (vs.job_id, vs.task, vs.attempt, self.server, now)))
-            reports.setdefault(vs.job_id, []).append(
-                TaskReport(vs.job_id, vs.task, vs.attempt, int(v.state), v.started_at, now, -1, "preempted"))
+            self.known[vs.key] = rep = TaskReport(vs.job_id, vs.task, vs.attempt, int(v.state), v.started_at, now, -1,
+                                                  "preempted")
+            reports.setdefault(vs.job_id, []).append(rep)
 
     def _run_opportunistic(self, now: float, rng, out: list, reports: dict) -> None:
         # Room now = what no regular task (running or planned to start now) holds: the regular
@@ -576,15 +582,11 @@ class PnState:
                 self.cfg.fresh_reports and now - self._last_t >= self.cfg.replan_after_s)):
             self._reading(now)
         m, t = (self._matrix, self._matrix_time) if self._matrix is not None else (self._last_m, self._last_t)
-        known = self.known
-        live = (int(TaskState.DISPATCHED), int(TaskState.RUNNING))
+        jm_at = self.jm_at
         for job_id, reps in reports.items():
-            for r in reps:
-                if r.state not in live:
-                    known[(r.job_id, r.task, r.attempt)] = r
-            at = self.jm_at.get(job_id)
+            at = jm_at.get(job_id)
             out.append(Send(at[1] if at is not None else f"jm:{job_id}", StatusBatch(job_id, self.server, reps, m, t, now)))
-        if len(known) > KNOWN_MAX:
+        if len(self.known) > KNOWN_MAX:
             self._forget_oldest()
 
     def _forget_oldest(self) -> None:

@@ -39,7 +39,8 @@ class Views:
 
     # ---- /api/cluster -------------------------------------------------------------------
     def cluster(self) -> dict:
-        rm, tap, now = self.rm, self.watch.tap, self.now()
+        rm, now = self.rm, self.now()
+        tap = _Counts(rm.running_tasks, rm.queued_tasks, rm.cpu_free)     # (each made once per request)
         cores = rm.cfg.server_cores
         servers = []
         for s in range(rm.cfg.servers):
@@ -163,3 +164,10 @@ class Views:
                             "start": _num(a[A_START]) if a[A_START] >= 0 else None, "end": _num(a[A_END]),
                             "outcome": a[A_OUTCOME]} for a in attempts]
         return row
+
+
+class _Counts:
+    """The RM's per-server heartbeat counts, as arrays made once."""
+
+    def __init__(self, running, queued, cpu_free) -> None:
+        self.running, self.queued, self.cpu_free = running, queued, cpu_free

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from apollo.clocks import Offsets
+from apollo.clocks import RESET_S, Offsets
 from apollo.effects import Log, Persist, Send, SetTimer, Start, Timer
 from apollo.messages import (CancelJob, ClusterView, Heartbeat, HostReport, JobAccepted, JobDemand, JobDone,
                              ReclaimTokens, ReleaseJob, StartJob, SubmitJob, TokenGrant)
@@ -110,10 +110,8 @@ class RmState:
         self.stamps = np.full(n, -1.0)
         self.boot_times = np.zeros(n)
         self.alive = np.zeros(n, dtype=np.uint8)
-        # what each server's last heartbeat said besides its matrix (the HTTP face shows them)
-        self.running_tasks = np.zeros(n, dtype=np.int64)
-        self.queued_tasks = np.zeros(n, dtype=np.int64)
-        self.cpu_free = np.full(n, float(config.server_cores))
+        # each server's last heartbeat (running_tasks etc. read what it said besides its matrix)
+        self._last_hb: list = [None] * n
         self._offsets = Offsets(n)                  # each PN's clock against ours
         self._pn_time = [-math.inf] * n             # its last heartbeat's time, on its clock
         self._pn_boot = [math.nan] * n              # ...and boot time, on its clock
@@ -144,6 +142,22 @@ class RmState:
         self.by_key: dict[str, int] = {}                  # idempotency key -> job id
         self.outcomes: dict[int, JobDone] = {}            # finished jobs' answers (for retries)
         self._seq = 0                    # token message seq; (RM boots << 32) + count
+
+    def _from_heartbeats(self, field: str, default: float, dtype) -> np.ndarray:
+        return np.array([default if hb is None else getattr(hb, field) for hb in self._last_hb], dtype=dtype)
+
+    @property
+    def running_tasks(self) -> np.ndarray:
+        """Tasks running per server, as its last heartbeat said."""
+        return self._from_heartbeats("running", 0, np.int64)
+
+    @property
+    def queued_tasks(self) -> np.ndarray:
+        return self._from_heartbeats("queued", 0, np.int64)
+
+    @property
+    def cpu_free(self) -> np.ndarray:
+        return self._from_heartbeats("cpu_free", self.cfg.server_cores, np.float64)
 
     @property
     def capacity(self) -> float:
@@ -189,15 +203,20 @@ class RmState:
         if not booted and hb.time < self._pn_time[s]:
             return []  # reordered: an older reading
         self._pn_time[s] = hb.time
-        shift = self._offsets.observe(s, now, hb.time)
+        # (Offsets.observe, inlined: a heartbeat is the RM's most frequent event)
+        offs = self._offsets.of
+        shift = now - hb.time
+        cur = offs[s]
+        if shift >= cur and shift <= cur + RESET_S:
+            shift = cur
+        else:
+            offs[s] = shift
         if booted:     # (a new incarnation, or the first heartbeat heard)
             self._pn_boot[s] = hb.boot_time
             self.boot_times[s] = hb.boot_time + shift
         self.matrices[s] = hb.matrix
         self.stamps[s] = hb.time + shift
-        self.running_tasks[s] = hb.running
-        self.queued_tasks[s] = hb.queued
-        self.cpu_free[s] = hb.cpu_free
+        self._last_hb[s] = hb
         if not self.alive[s]:
             self.alive[s] = 1
             self._alive_n += 1

@@ -26,12 +26,23 @@ HISTORY = 300                                  # share samples kept (one a secon
 
 
 class HeartbeatTap:
-    """Per-server running/queued/free CPU as the last heartbeat said (the RM keeps them)."""
+    """Per-server running/queued/free CPU as the last heartbeat said (the RM keeps the heartbeats;
+    the arrays are made when read)."""
 
     def __init__(self, rm) -> None:
-        self.running = rm.running_tasks
-        self.queued = rm.queued_tasks
-        self.cpu_free = rm.cpu_free
+        self.rm = rm
+
+    @property
+    def running(self):
+        return self.rm.running_tasks
+
+    @property
+    def queued(self):
+        return self.rm.queued_tasks
+
+    @property
+    def cpu_free(self):
+        return self.rm.cpu_free
 
 
 @dataclass

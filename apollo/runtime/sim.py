@@ -297,28 +297,28 @@ class SimRuntime:
         if self.partitions and self._cut(src, node):
             self.dropped += 1
             return
-        if net.dup and self._rand.random() < net.dup:
-            self._enqueue(node, msg, extra_delay)
-        self._enqueue(node, msg, extra_delay)
-
-    def _enqueue(self, node: "_Node", msg: Any, extra_delay: float) -> None:
-        self.messages += 1
-        self.seq += 1
-        i = self._next_delay             # this message's network delay: the next drawn
-        if i >= len(self._delays):
-            self._draw_delays()
-            i = 0
-        self._next_delay = i + 1
-        at = self.now + self._delays[i] + extra_delay
-        if node.batched and type(msg) in node.batched:
-            w = int(at * (1.0 / BATCH_WINDOW_S))
-            arrived = node.windows.get(w)
-            if arrived is None:
-                node.windows[w] = arrived = []
-                self.queue.push((max((w + 1) * BATCH_WINDOW_S, at), self.seq, BATCH, node, w, 0))
-            arrived.append((at, self.seq, pack(msg) if self.wire else msg, node.epoch))
-            return
-        self.queue.push((at, self.seq, DELIVER, node, pack(msg) if self.wire else msg, node.epoch))
+        # (twice: a duplicated message, each copy with its own delay; the body is inline, as this
+        # is the hottest path of a run)
+        copies = 2 if net.dup and self._rand.random() < net.dup else 1
+        while copies:
+            copies -= 1
+            self.messages += 1
+            self.seq += 1
+            i = self._next_delay             # this message's network delay: the next drawn
+            if i >= len(self._delays):
+                self._draw_delays()
+                i = 0
+            self._next_delay = i + 1
+            at = self.now + self._delays[i] + extra_delay
+            if node.batched and type(msg) in node.batched:
+                w = int(at * (1.0 / BATCH_WINDOW_S))
+                arrived = node.windows.get(w)
+                if arrived is None:
+                    node.windows[w] = arrived = []
+                    self.queue.push((max((w + 1) * BATCH_WINDOW_S, at), self.seq, BATCH, node, w, 0))
+                arrived.append((at, self.seq, pack(msg) if self.wire else msg, node.epoch))
+                continue
+            self.queue.push((at, self.seq, DELIVER, node, pack(msg) if self.wire else msg, node.epoch))
 
     def _apply(self, node: _Node, effects: list) -> None:
         if not effects:
