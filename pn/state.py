@@ -22,10 +22,12 @@ from apollo.shapes import GRID, ShapeGrid
 
 from .queue import Profile, release_waits
 
-# Attempts a PN remembers (received, and how they ended): enough to drop a duplicated Dispatch
-# and to answer a probe or an adopting JM about an attempt that ended lately (its report may
-# have been lost) instead of having it run again.
-KNOWN_MAX = 4096
+# How many ended attempts a PN remembers: enough to drop a duplicated Dispatch (it comes within
+# milliseconds) and to answer a probe or an adopting JM about an attempt that ended lately (its
+# report may have been lost) with its end instead of having it run again. Few: every entry is
+# memory all 20,000 PNs of a large run keep (a dict of every attempt cost 10% of its speed); a
+# report lost beyond these costs a re-run, never a wrong result.
+ENDED_KEEP = 16
 NEVER_S = 1e9  # a wait that cannot happen (the shape exceeds the server); finite for the wire
 ABOUT_NOW_S = 1e-3   # the wait of a shape whose room should have freed by now but has not
 
@@ -95,7 +97,7 @@ class PnState:
     # (slots: 20,000 of these in a simulation, each touched at random; no per-object dict)
     __slots__ = ("server", "cfg", "boot_time", "queue", "opp_queue", "running", "free_cpu", "free_mem",
                  "_matrix", "_matrix_time", "_waits", "_planned_at", "_avail", "_overdue_at", "_last_m", "_last_t", "_hb_due",
-                 "_changed", "_quiet_due", "_revise_at", "_queued_due", "known", "jm_at")
+                 "_changed", "_quiet_due", "_revise_at", "_queued_due", "ended", "_ended_keys", "jm_at")
 
     def __init__(self, server: int, config: PnConfig) -> None:
         self.server = server
@@ -119,7 +121,8 @@ class PnState:
         self._quiet_due = 0.0                   # a heartbeat is due by then even if nothing changes
         self._revise_at = float("inf")          # a running task outlives its planned end then
         self._queued_due = float("inf")         # when the armed "queued" report timer fires
-        self.known: dict[tuple, TaskReport | None] = {}   # attempt key -> its end (None: held)
+        self.ended: list[TaskReport] = []                 # the latest attempts' ends, oldest first
+        self._ended_keys: set[tuple] = set()              # ...their keys
         self.jm_at: dict[int, tuple[int, str]] = {}       # job -> (JM generation, host) its reports go to
 
     # ---- event entry -------------------------------------------------------
@@ -156,12 +159,9 @@ class PnState:
             cur = self.jm_at.get(msg.job_id)
             if cur is None or cur[1] != msg.reply_to:       # (the usual case: no change)
                 self._reply_to(msg.job_id, msg.tasks[0].attempt >> 16, msg.reply_to)
-        known = self.known
         for spec in msg.tasks:
-            key = spec.key
-            if key in known:
+            if self._has(spec):
                 continue            # a duplicate (the network delivered it twice)
-            known[key] = None
             if not (0 < spec.cpu <= cfg.cores + 1e-9 and 0 < spec.mem_gb <= cfg.mem_gb + 1e-9):
                 refused.append(TaskReport(spec.job_id, spec.task, spec.attempt, int(TaskState.FAILED),
                                           now, now, -1, f"needs {spec.cpu} cpu/{spec.mem_gb} GB; "
@@ -196,8 +196,8 @@ class PnState:
         a.state = step(a.state, "finish" if ev.ok else "fail")
         s = a.spec
         out: list = []
-        self.known[ev.task_key] = rep = TaskReport(s.job_id, s.task, s.attempt, int(a.state), a.started_at, now,
-                                                   ev.exit_code, ev.detail)
+        rep = TaskReport(s.job_id, s.task, s.attempt, int(a.state), a.started_at, now, ev.exit_code, ev.detail)
+        self._ended(ev.task_key, rep)
         reports = {s.job_id: [rep]}
         if self.queue or self.opp_queue:
             self._run_queues(now, rng, out, reports)
@@ -215,8 +215,8 @@ class PnState:
             self._release(a)
             a.state = step(a.state, "finish" if ev.ok else "fail")
             s = a.spec
-            self.known[ev.task_key] = rep = TaskReport(s.job_id, s.task, s.attempt, int(a.state), a.started_at,
-                                                       now, ev.exit_code, ev.detail)
+            rep = TaskReport(s.job_id, s.task, s.attempt, int(a.state), a.started_at, now, ev.exit_code, ev.detail)
+            self._ended(ev.task_key, rep)
             r = reports.get(s.job_id)
             if r is None:
                 reports[s.job_id] = [rep]
@@ -248,7 +248,8 @@ class PnState:
             return out
         a.state = step(a.state, "kill")
         self._matrix = None
-        self.known[key] = rep = TaskReport(*key, int(a.state), a.started_at, now, -1, "killed")
+        rep = TaskReport(*key, int(a.state), a.started_at, now, -1, "killed")
+        self._ended(key, rep)
         reports = {msg.job_id: [rep]}
         self._run_queues(now, rng, out, reports)
         # A kill frees room others are waiting for (a preemption kills several at once): the
@@ -267,7 +268,7 @@ class PnState:
         if msg.reply_to:
             self._reply_to(msg.job_id, msg.attempt >> 16, msg.reply_to)
         if a is None:
-            rep = self.known.get(key) or TaskReport(*key, int(TaskState.READY), now, now, -1, "unknown attempt")
+            rep = self._end_of(key) or TaskReport(*key, int(TaskState.READY), now, now, -1, "unknown attempt")
         else:
             rep = TaskReport(*key, int(a.state), a.started_at if a.started_at >= 0 else now, 0.0, 0, "probed")
         out: list = []
@@ -286,7 +287,7 @@ class PnState:
                 reps.append(TaskReport(*s.key, int(a.state), a.started_at if a.started_at >= 0 else now, 0.0, 0,
                                        "held"))
         done = int(TaskState.DONE)
-        ended = [r for k, r in self.known.items() if k[0] == job and r is not None and r.state == done]
+        ended = [r for r in self.ended if r.job_id == job and r.state == done]
         return [Send(msg.reply_to, Holding(job, self.server, tasks, reps, ended))]
 
     def _reply_to(self, job_id: int, generation: int, host: str) -> None:
@@ -444,8 +445,8 @@ class PnState:
             v.state = step(v.state, "requeue")
             out.append(Kill(vs.key))
             out.append(Log("preempted", (vs.job_id, vs.task, vs.attempt, self.server, now)))
-            self.known[vs.key] = rep = TaskReport(vs.job_id, vs.task, vs.attempt, int(v.state), v.started_at, now, -1,
-                                                  "preempted")
+            rep = TaskReport(vs.job_id, vs.task, vs.attempt, int(v.state), v.started_at, now, -1, "preempted")
+            self._ended(vs.key, rep)
             reports.setdefault(vs.job_id, []).append(rep)
 
     def _run_opportunistic(self, now: float, rng, out: list, reports: dict) -> None:
@@ -586,18 +587,39 @@ class PnState:
         for job_id, reps in reports.items():
             at = jm_at.get(job_id)
             out.append(Send(at[1] if at is not None else f"jm:{job_id}", StatusBatch(job_id, self.server, reps, m, t, now)))
-        if len(self.known) > KNOWN_MAX:
-            self._forget_oldest()
 
-    def _forget_oldest(self) -> None:
-        """Keep the newest half of what is remembered (and every attempt still held)."""
-        held = set(self.running) | {a.spec.key for a in self.queue} | {a.spec.key for a in self.opp_queue}
-        keep = list(self.known.items())[len(self.known) // 2:]
-        self.known = {k: v for k, v in keep}
-        for k in held:
-            self.known.setdefault(k, None)
-        jobs = {k[0] for k in self.known}
-        self.jm_at = {j: v for j, v in self.jm_at.items() if j in jobs}
+    # ---- what this PN holds and lately ended -------------------------------
+    def _has(self, spec: TaskSpec) -> bool:
+        """Whether this attempt is here (queued or running) or ended here lately."""
+        key = spec.key
+        if key in self.running or key in self._ended_keys:
+            return True
+        for q in (self.queue, self.opp_queue):
+            for a in q:
+                s = a.spec
+                if s.attempt == spec.attempt and s.task == spec.task and s.job_id == spec.job_id:
+                    return True
+        return False
+
+    def _ended(self, key: tuple, rep: TaskReport) -> None:
+        ended = self.ended
+        ended.append(rep)
+        self._ended_keys.add(key)
+        if len(ended) > 2 * ENDED_KEEP:
+            for r in ended[:ENDED_KEEP]:
+                self._ended_keys.discard((r.job_id, r.task, r.attempt))
+            del ended[:ENDED_KEEP]
+            if len(self.jm_at) > 4 * ENDED_KEEP:      # jobs no longer here have no reports to send
+                here = {r.job_id for r in ended} | {k[0] for k in self.running} | \
+                    {a.spec.job_id for q in (self.queue, self.opp_queue) for a in q}
+                self.jm_at = {j: v for j, v in self.jm_at.items() if j in here}
+
+    def _end_of(self, key: tuple) -> TaskReport | None:
+        if key in self._ended_keys:
+            for r in reversed(self.ended):
+                if (r.job_id, r.task, r.attempt) == key:
+                    return r
+        return None
 
     # ---- invariants --------------------------------------------------------
     def validate(self) -> None:
