@@ -22,12 +22,14 @@ from apollo.shapes import GRID, ShapeGrid
 
 from .queue import Profile, release_waits
 
-# How many ended attempts a PN remembers: enough to drop a duplicated Dispatch (it comes within
-# milliseconds) and to answer a probe or an adopting JM about an attempt that ended lately (its
-# report may have been lost) with its end instead of having it run again. Few: every entry is
-# memory all 20,000 PNs of a large run keep (a dict of every attempt cost 10% of its speed); a
-# report lost beyond these costs a re-run, never a wrong result.
-ENDED_KEEP = 16
+# How many ended attempts a PN remembers (between this many and twice as many): enough to drop a
+# duplicated Dispatch (it comes within milliseconds) and to answer a probe or an adopting JM
+# about an attempt that ended just before (its report may have been lost) with its end instead
+# of having it run again. Few: every entry is memory all 20,000 PNs of a large run keep (a dict
+# of every attempt cost 10% of its speed, a ring of 16-32 still 3%); a report lost beyond these
+# costs a re-run, never a wrong result.
+ENDED_KEEP = 4
+JOBS_KEPT = 256          # jobs whose JM host a PN remembers before it forgets those it holds nothing of
 NEVER_S = 1e9  # a wait that cannot happen (the shape exceeds the server); finite for the wire
 ABOUT_NOW_S = 1e-3   # the wait of a shape whose room should have freed by now but has not
 
@@ -97,7 +99,7 @@ class PnState:
     # (slots: 20,000 of these in a simulation, each touched at random; no per-object dict)
     __slots__ = ("server", "cfg", "boot_time", "queue", "opp_queue", "running", "free_cpu", "free_mem",
                  "_matrix", "_matrix_time", "_waits", "_planned_at", "_avail", "_overdue_at", "_last_m", "_last_t", "_hb_due",
-                 "_changed", "_quiet_due", "_revise_at", "_queued_due", "ended", "_ended_keys", "jm_at")
+                 "_changed", "_quiet_due", "_revise_at", "_queued_due", "ended", "jm_at")
 
     def __init__(self, server: int, config: PnConfig) -> None:
         self.server = server
@@ -121,8 +123,7 @@ class PnState:
         self._quiet_due = 0.0                   # a heartbeat is due by then even if nothing changes
         self._revise_at = float("inf")          # a running task outlives its planned end then
         self._queued_due = float("inf")         # when the armed "queued" report timer fires
-        self.ended: list[TaskReport] = []                 # the latest attempts' ends, oldest first
-        self._ended_keys: set[tuple] = set()              # ...their keys
+        self.ended: list = []                             # (key, end) of the latest attempts ended, oldest first
         self.jm_at: dict[int, tuple[int, str]] = {}       # job -> (JM generation, host) its reports go to
 
     # ---- event entry -------------------------------------------------------
@@ -287,7 +288,7 @@ class PnState:
                 reps.append(TaskReport(*s.key, int(a.state), a.started_at if a.started_at >= 0 else now, 0.0, 0,
                                        "held"))
         done = int(TaskState.DONE)
-        ended = [r for r in self.ended if r.job_id == job and r.state == done]
+        ended = [r for k, r in self.ended if k[0] == job and r.state == done]
         return [Send(msg.reply_to, Holding(job, self.server, tasks, reps, ended))]
 
     def _reply_to(self, job_id: int, generation: int, host: str) -> None:
@@ -592,8 +593,11 @@ class PnState:
     def _has(self, spec: TaskSpec) -> bool:
         """Whether this attempt is here (queued or running) or ended here lately."""
         key = spec.key
-        if key in self.running or key in self._ended_keys:
+        if key in self.running:
             return True
+        for k, _ in self.ended:
+            if k == key:
+                return True
         for q in (self.queue, self.opp_queue):
             for a in q:
                 s = a.spec
@@ -603,22 +607,18 @@ class PnState:
 
     def _ended(self, key: tuple, rep: TaskReport) -> None:
         ended = self.ended
-        ended.append(rep)
-        self._ended_keys.add(key)
+        ended.append((key, rep))
         if len(ended) > 2 * ENDED_KEEP:
-            for r in ended[:ENDED_KEEP]:
-                self._ended_keys.discard((r.job_id, r.task, r.attempt))
             del ended[:ENDED_KEEP]
-            if len(self.jm_at) > 4 * ENDED_KEEP:      # jobs no longer here have no reports to send
-                here = {r.job_id for r in ended} | {k[0] for k in self.running} | \
+            if len(self.jm_at) > JOBS_KEPT:       # jobs no longer here have no reports to send
+                here = {k[0] for k, _ in ended} | {k[0] for k in self.running} | \
                     {a.spec.job_id for q in (self.queue, self.opp_queue) for a in q}
                 self.jm_at = {j: v for j, v in self.jm_at.items() if j in here}
 
     def _end_of(self, key: tuple) -> TaskReport | None:
-        if key in self._ended_keys:
-            for r in reversed(self.ended):
-                if (r.job_id, r.task, r.attempt) == key:
-                    return r
+        for k, r in reversed(self.ended):
+            if k == key:
+                return r
         return None
 
     # ---- invariants --------------------------------------------------------

@@ -89,6 +89,8 @@ class JobEntry:
     generation: int = 0              # JM homes it has had (a JM host died: the next one adopts)
     offered_at: float = -1.0         # when StartJob was last sent to its host
     done: bytes = b""                # its finished tasks, as its JM host last reported
+    demand_at: float = -1.0          # when its JM last sent a JobDemand
+    tokens_at: float = -1.0          # when the last token message was sent to its JM
 
     def view(self) -> JobView:
         s = self.spec
@@ -110,8 +112,11 @@ class RmState:
         self.stamps = np.full(n, -1.0)
         self.boot_times = np.zeros(n)
         self.alive = np.zeros(n, dtype=np.uint8)
-        # each server's last heartbeat (running_tasks etc. read what it said besides its matrix)
-        self._last_hb: list = [None] * n
+        # what each server's last heartbeat said besides its matrix (plain lists: a heartbeat is
+        # the RM's most frequent event; running_tasks etc. make arrays of them when asked)
+        self._running = [0] * n
+        self._queued = [0] * n
+        self._cpu_free = [float(config.server_cores)] * n
         self._offsets = Offsets(n)                  # each PN's clock against ours
         self._pn_time = [-math.inf] * n             # its last heartbeat's time, on its clock
         self._pn_boot = [math.nan] * n              # ...and boot time, on its clock
@@ -142,22 +147,20 @@ class RmState:
         self.by_key: dict[str, int] = {}                  # idempotency key -> job id
         self.outcomes: dict[int, JobDone] = {}            # finished jobs' answers (for retries)
         self._seq = 0                    # token message seq; (RM boots << 32) + count
-
-    def _from_heartbeats(self, field: str, default: float, dtype) -> np.ndarray:
-        return np.array([default if hb is None else getattr(hb, field) for hb in self._last_hb], dtype=dtype)
+        self._now = 0.0                  # the time of the event being handled
 
     @property
     def running_tasks(self) -> np.ndarray:
         """Tasks running per server, as its last heartbeat said."""
-        return self._from_heartbeats("running", 0, np.int64)
+        return np.array(self._running, dtype=np.int64)
 
     @property
     def queued_tasks(self) -> np.ndarray:
-        return self._from_heartbeats("queued", 0, np.int64)
+        return np.array(self._queued, dtype=np.int64)
 
     @property
     def cpu_free(self) -> np.ndarray:
-        return self._from_heartbeats("cpu_free", self.cfg.server_cores, np.float64)
+        return np.array(self._cpu_free, dtype=np.float64)
 
     @property
     def capacity(self) -> float:
@@ -167,6 +170,7 @@ class RmState:
         return int(math.floor((self.capacity or self.cfg.servers * self.cfg.server_cores) + 1e-9))
 
     def handle(self, event, now: float, rng) -> list:
+        self._now = now
         t = type(event)
         if t is Heartbeat:
             return self._on_heartbeat(event, now)
@@ -181,6 +185,7 @@ class RmState:
         if t is JobDemand:
             e = self.jobs.get(event.job_id)
             if e is not None and e.state == "running":
+                e.demand_at = now
                 self._note_demand(e, event.remaining, event.running)
             return []
         if t is HostReport:
@@ -216,7 +221,9 @@ class RmState:
             self.boot_times[s] = hb.boot_time + shift
         self.matrices[s] = hb.matrix
         self.stamps[s] = hb.time + shift
-        self._last_hb[s] = hb
+        self._running[s] = hb.running
+        self._queued[s] = hb.queued
+        self._cpu_free[s] = hb.cpu_free
         if not self.alive[s]:
             self.alive[s] = 1
             self._alive_n += 1
@@ -326,11 +333,13 @@ class RmState:
         return self._seq
 
     def _grant(self, e: JobEntry, tokens: int) -> Send:
+        e.tokens_at = self._now
         e.seq = seq = self._next_seq()
         e.last_tokens = msg = TokenGrant(e.job_id, tokens, seq)
         return Send(e.host, msg)
 
     def _reclaim(self, e: JobEntry, keep: int, within_s: float) -> Send:
+        e.tokens_at = self._now
         e.seq = seq = self._next_seq()
         e.last_tokens = msg = ReclaimTokens(e.job_id, e.tokens, keep, within_s, seq)
         return Send(e.host, msg)
@@ -338,7 +347,7 @@ class RmState:
     def _offer(self, e: JobEntry, now: float) -> Send:
         """StartJob to the job's host (first admission, a re-offer, or a new home)."""
         e.seq = seq = self._next_seq()
-        e.offered_at = now
+        e.offered_at = e.tokens_at = now
         e.last_tokens = msg = StartJob(e.job_id, e.spec, e.tokens, e.submitted_at, e.reply_to, seq,
                                        e.generation, e.done)
         return Send(e.host, msg)
@@ -349,6 +358,7 @@ class RmState:
             # the deadline stays where it was
             left = max(0.0, e.reclaim[1] - now) if e.reclaim else 0.0
             m = ReclaimTokens(m.job_id, m.tokens, m.keep, left, m.seq)
+        e.tokens_at = now
         return Send(e.host, m) if m is not None else None
 
     # ---- JM hosts ---------------------------------------------------------------------
@@ -366,6 +376,7 @@ class RmState:
             out.append(Log("host_up", (h, now)))
         held = set()
         jobs = self.jobs
+        late = 2 * self.cfg.host_report_s
         for job_id, seq, demand, running in zip(r.jobs.tolist(), r.seqs.tolist(), r.demand.tolist(),
                                                 r.running.tolist()):
             e = jobs.get(job_id)
@@ -384,17 +395,18 @@ class RmState:
                 out.append(Send(h, ReleaseJob(job_id, False)))     # adopted by another host
                 continue
             held.add(job_id)
-            if seq < e.seq:
+            if seq < e.seq and now - e.tokens_at > late:      # (not one still on its way)
                 m = self._resend_tokens(e, now)
                 if m is not None:
                     out.append(m)
-            self._note_demand(e, demand, running)
+            if (demand != e.demand or running != e.running) and now - e.demand_at > late:
+                # a JobDemand lost (it is sent only on a change): the report's figures stand in
+                self._note_demand(e, demand, running)
         for job_id, done in zip(r.progress_jobs.tolist(), r.progress):
             e = jobs.get(job_id)
             if e is not None and e.host == h and e.state == "running":
                 e.done = done
                 out.append(Persist("progress", (job_id, done)))
-        late = 2 * self.cfg.host_report_s
         for e in jobs.values():
             if e.host == h and e.admitted and e.job_id not in held and now - e.offered_at >= late:
                 out.append(self._offer(e, now))   # its StartJob was lost (or its JobDone: the host repeats it)
