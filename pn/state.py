@@ -22,14 +22,17 @@ from apollo.shapes import GRID, ShapeGrid
 
 from .queue import Profile, release_waits
 
-# How many ended attempts a PN remembers (between this many and twice as many): enough to drop a
-# duplicated Dispatch (it comes within milliseconds) and to answer a probe or an adopting JM
-# about an attempt that ended just before (its report may have been lost) with its end instead
-# of having it run again. Few: every entry is memory all 20,000 PNs of a large run keep (a dict
-# of every attempt cost 10% of its speed, a ring of 16-32 still 3%); a report lost beyond these
-# costs a re-run, never a wrong result.
+# How many ended attempts a PN remembers (between this many and twice as many): enough to answer
+# a probe or an adopting JM about an attempt that ended just before (its report may have been
+# lost) with its end instead of having it run again. Few: every entry is memory all 20,000 PNs
+# of a large run keep (a dict of every attempt cost 10% of its speed); a report lost beyond
+# these costs a re-run, never a wrong result.
 ENDED_KEEP = 4
-JOBS_KEPT = 256          # jobs whose JM host a PN remembers before it forgets those it holds nothing of
+# Jobs whose JM host a PN remembers before it forgets those it holds nothing of.
+JOBS_KEPT = 32
+# Dispatches a PN remembers (the last 8-16) to drop a duplicated one, which comes within
+# milliseconds of the first copy.
+DISPATCHES_KEPT = 8
 NEVER_S = 1e9  # a wait that cannot happen (the shape exceeds the server); finite for the wire
 ABOUT_NOW_S = 1e-3   # the wait of a shape whose room should have freed by now but has not
 
@@ -99,7 +102,7 @@ class PnState:
     # (slots: 20,000 of these in a simulation, each touched at random; no per-object dict)
     __slots__ = ("server", "cfg", "boot_time", "queue", "opp_queue", "running", "free_cpu", "free_mem",
                  "_matrix", "_matrix_time", "_waits", "_planned_at", "_avail", "_overdue_at", "_last_m", "_last_t", "_hb_due",
-                 "_changed", "_quiet_due", "_revise_at", "_queued_due", "ended", "jm_at")
+                 "_changed", "_quiet_due", "_revise_at", "_queued_due", "ended", "jm_at", "_dispatches")
 
     def __init__(self, server: int, config: PnConfig) -> None:
         self.server = server
@@ -124,6 +127,7 @@ class PnState:
         self._revise_at = float("inf")          # a running task outlives its planned end then
         self._queued_due = float("inf")         # when the armed "queued" report timer fires
         self.ended: list = []                             # (key, end) of the latest attempts ended, oldest first
+        self._dispatches: list = []                       # the latest Dispatches' first attempt keys
         self.jm_at: dict[int, tuple[int, str]] = {}       # job -> (JM generation, host) its reports go to
 
     # ---- event entry -------------------------------------------------------
@@ -156,13 +160,22 @@ class PnState:
         refused = []
         queued = False
         cfg = self.cfg
-        if msg.reply_to and msg.tasks:
+        if not msg.tasks:
+            return out
+        # A duplicate (the network delivered the message twice) comes within milliseconds: it is
+        # found among the last few Dispatches by its first attempt, one check per message.
+        first = msg.tasks[0].key
+        seen = self._dispatches
+        if first in seen:
+            return out
+        seen.append(first)
+        if len(seen) > 2 * DISPATCHES_KEPT:
+            del seen[:DISPATCHES_KEPT]
+        if msg.reply_to:
             cur = self.jm_at.get(msg.job_id)
             if cur is None or cur[1] != msg.reply_to:       # (the usual case: no change)
                 self._reply_to(msg.job_id, msg.tasks[0].attempt >> 16, msg.reply_to)
         for spec in msg.tasks:
-            if self._has(spec):
-                continue            # a duplicate (the network delivered it twice)
             if not (0 < spec.cpu <= cfg.cores + 1e-9 and 0 < spec.mem_gb <= cfg.mem_gb + 1e-9):
                 refused.append(TaskReport(spec.job_id, spec.task, spec.attempt, int(TaskState.FAILED),
                                           now, now, -1, f"needs {spec.cpu} cpu/{spec.mem_gb} GB; "
@@ -590,21 +603,6 @@ class PnState:
             out.append(Send(at[1] if at is not None else f"jm:{job_id}", StatusBatch(job_id, self.server, reps, m, t, now)))
 
     # ---- what this PN holds and lately ended -------------------------------
-    def _has(self, spec: TaskSpec) -> bool:
-        """Whether this attempt is here (queued or running) or ended here lately."""
-        key = spec.key
-        if key in self.running:
-            return True
-        for k, _ in self.ended:
-            if k == key:
-                return True
-        for q in (self.queue, self.opp_queue):
-            for a in q:
-                s = a.spec
-                if s.attempt == spec.attempt and s.task == spec.task and s.job_id == spec.job_id:
-                    return True
-        return False
-
     def _ended(self, key: tuple, rep: TaskReport) -> None:
         ended = self.ended
         ended.append((key, rep))
