@@ -126,8 +126,8 @@ class PnState:
         self._quiet_due = 0.0                   # a heartbeat is due by then even if nothing changes
         self._revise_at = float("inf")          # a running task outlives its planned end then
         self._queued_due = float("inf")         # when the armed "queued" report timer fires
-        self.ended: list = []                             # (key, end) of the latest attempts ended, oldest first
-        self._dispatches: list = []                       # the latest Dispatches' first attempt keys
+        self.ended: list[TaskReport] = []                 # the latest attempts' ends, oldest first
+        self._dispatches: list[TaskSpec] = []             # the latest Dispatches' first attempts
         self.jm_at: dict[int, tuple[int, str]] = {}       # job -> (JM generation, host) its reports go to
 
     # ---- event entry -------------------------------------------------------
@@ -164,10 +164,11 @@ class PnState:
             return out
         # A duplicate (the network delivered the message twice) comes within milliseconds: it is
         # found among the last few Dispatches by its first attempt, one check per message.
-        first = msg.tasks[0].key
+        first = msg.tasks[0]
         seen = self._dispatches
-        if first in seen:
-            return out
+        for f in seen:      # (the TaskSpecs themselves: no key tuple kept per Dispatch)
+            if f.attempt == first.attempt and f.task == first.task and f.job_id == first.job_id:
+                return out
         seen.append(first)
         if len(seen) > 2 * DISPATCHES_KEPT:
             del seen[:DISPATCHES_KEPT]
@@ -301,7 +302,7 @@ class PnState:
                 reps.append(TaskReport(*s.key, int(a.state), a.started_at if a.started_at >= 0 else now, 0.0, 0,
                                        "held"))
         done = int(TaskState.DONE)
-        ended = [r for k, r in self.ended if k[0] == job and r.state == done]
+        ended = [r for r in self.ended if r.job_id == job and r.state == done]
         return [Send(msg.reply_to, Holding(job, self.server, tasks, reps, ended))]
 
     def _reply_to(self, job_id: int, generation: int, host: str) -> None:
@@ -605,17 +606,18 @@ class PnState:
     # ---- what this PN holds and lately ended -------------------------------
     def _ended(self, key: tuple, rep: TaskReport) -> None:
         ended = self.ended
-        ended.append((key, rep))
+        ended.append(rep)
         if len(ended) > 2 * ENDED_KEEP:
             del ended[:ENDED_KEEP]
             if len(self.jm_at) > JOBS_KEPT:       # jobs no longer here have no reports to send
-                here = {k[0] for k, _ in ended} | {k[0] for k in self.running} | \
+                here = {r.job_id for r in ended} | {k[0] for k in self.running} | \
                     {a.spec.job_id for q in (self.queue, self.opp_queue) for a in q}
                 self.jm_at = {j: v for j, v in self.jm_at.items() if j in here}
 
     def _end_of(self, key: tuple) -> TaskReport | None:
-        for k, r in reversed(self.ended):
-            if k == key:
+        job, task, attempt = key
+        for r in reversed(self.ended):
+            if r.attempt == attempt and r.task == task and r.job_id == job:
                 return r
         return None
 
