@@ -102,7 +102,7 @@ class PnState:
     # (slots: 20,000 of these in a simulation, each touched at random; no per-object dict)
     __slots__ = ("server", "cfg", "boot_time", "queue", "opp_queue", "running", "free_cpu", "free_mem",
                  "_matrix", "_matrix_time", "_waits", "_planned_at", "_avail", "_overdue_at", "_last_m", "_last_t", "_hb_due",
-                 "_changed", "_quiet_due", "_revise_at", "_queued_due", "ended", "jm_at", "_dispatches")
+                 "_changed", "_quiet_due", "_revise_at", "_queued_due", "ended", "jm_at", "_dispatches", "_jm_default")
 
     def __init__(self, server: int, config: PnConfig) -> None:
         self.server = server
@@ -128,7 +128,11 @@ class PnState:
         self._queued_due = float("inf")         # when the armed "queued" report timer fires
         self.ended: list[TaskReport] = []                 # the latest attempts' ends, oldest first
         self._dispatches: list[TaskSpec] = []             # the latest Dispatches' first attempts
-        self.jm_at: dict[int, tuple[int, str]] = {}       # job -> (JM generation, host) its reports go to
+        # Where a job's reports go: the first JM host this PN heard of, unless jm_at names another
+        # (job -> (JM generation, host)); an entry only for jobs elsewhere keeps a PN of a
+        # one-host cluster from keeping one per job it ever ran.
+        self.jm_at: dict[int, tuple[int, str]] = {}
+        self._jm_default = ""
 
     # ---- event entry -------------------------------------------------------
     def handle(self, event, now: float, rng) -> list:
@@ -172,10 +176,8 @@ class PnState:
         seen.append(first)
         if len(seen) > 2 * DISPATCHES_KEPT:
             del seen[:DISPATCHES_KEPT]
-        if msg.reply_to:
-            cur = self.jm_at.get(msg.job_id)
-            if cur is None or cur[1] != msg.reply_to:       # (the usual case: no change)
-                self._reply_to(msg.job_id, msg.tasks[0].attempt >> 16, msg.reply_to)
+        if msg.reply_to and msg.reply_to != self._jm_default or msg.job_id in self.jm_at:
+            self._reply_to(msg.job_id, msg.tasks[0].attempt >> 16, msg.reply_to)
         for spec in msg.tasks:
             if not (0 < spec.cpu <= cfg.cores + 1e-9 and 0 < spec.mem_gb <= cfg.mem_gb + 1e-9):
                 refused.append(TaskReport(spec.job_id, spec.task, spec.attempt, int(TaskState.FAILED),
@@ -307,10 +309,16 @@ class PnState:
 
     def _reply_to(self, job_id: int, generation: int, host: str) -> None:
         """Where the job's reports go from now: its newest JM home's host."""
+        if not host:
+            return
+        if not self._jm_default:
+            self._jm_default = host
         cur = self.jm_at.get(job_id)
-        if cur is None or cur[0] <= generation:
-            if cur is None or cur[1] != host:
+        if cur is None:
+            if host != self._jm_default or generation:
                 self.jm_at[job_id] = (generation, host)
+        elif cur[0] <= generation and cur[1] != host:
+            self.jm_at[job_id] = (generation, host)
 
     def _arm_queued_report(self, now: float, out: list) -> None:
         if self._queued_due == float("inf"):
@@ -599,9 +607,11 @@ class PnState:
             self._reading(now)
         m, t = (self._matrix, self._matrix_time) if self._matrix is not None else (self._last_m, self._last_t)
         jm_at = self.jm_at
+        default = self._jm_default
         for job_id, reps in reports.items():
-            at = jm_at.get(job_id)
-            out.append(Send(at[1] if at is not None else f"jm:{job_id}", StatusBatch(job_id, self.server, reps, m, t, now)))
+            at = jm_at.get(job_id) if jm_at else None
+            to = at[1] if at is not None else (default or f"jm:{job_id}")
+            out.append(Send(to, StatusBatch(job_id, self.server, reps, m, t, now)))
 
     # ---- what this PN holds and lately ended -------------------------------
     def _ended(self, key: tuple, rep: TaskReport) -> None:
