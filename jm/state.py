@@ -507,7 +507,7 @@ class JmState:
                 continue
             rs = r.state
             if rs == DONE:
-                self._task_done(t, cur, spec, r, server, now, out)
+                self._task_done(t, cur, spec, r, server, now, out, shift)
                 changed = True
             elif rs == DISPATCHED:       # it had to queue there
                 self.last_heard[t] = now
@@ -563,7 +563,8 @@ class JmState:
                                    self.ready_t.item(t), self.dispatch_t.item(t), t_start, float(t_end),
                                    outcome, opp, st.spec.cpu, st.reps is not None)))
 
-    def _task_done(self, t: int, cur: int, spec: TaskSpec, r, server: int, now: float, out: list) -> None:
+    def _task_done(self, t: int, cur: int, spec: TaskSpec, r, server: int, now: float, out: list,
+                   shift: float = 0.0) -> None:
         """Attempt ``spec`` of task ``t`` (in state ``cur``) succeeded on ``server``. Every
         completion runs this: it reads the attempt's own TaskSpec (what the JM sent) rather than
         a dozen per-task columns, each a cache miss of its own in a cluster-sized run."""
@@ -571,7 +572,6 @@ class JmState:
         self.state[t] = step(cur, "finish")
         opp = self._free_slot(t, spec.cpu)
         loc = spec.locality
-        shift = self.view.pn_clocks.get(server)
         self._record(st, t, spec.attempt, server, loc, r.t_start + shift, r.t_end + shift, "done", opp, out)
         st.observe(max(0.0, (r.t_end - r.t_start) - self.cfg.io.io_time(spec.input_bytes, loc)))
         self.done += 1
