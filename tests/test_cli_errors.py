@@ -23,7 +23,7 @@ from apollo.client import Client
 from apollo.livecluster import ClusterError, read_info
 from apollo.runtime.live import run
 from apollo.spec import JobSpec, StageSpec
-from test_live_cluster import Tracker, _gone, job_state, wait_for
+from test_live_cluster import _gone, job_state, wait_for
 
 CLUSTER_COMMANDS = [
     ["submit", "JOBFILE"], ["jobs"], ["job", "0"], ["cancel", "0"], ["replay", "fb2009", "--jobs", "1"],
@@ -40,15 +40,6 @@ def apollo(*args: str, timeout: float = 30) -> tuple[subprocess.CompletedProcess
 
 def no_traceback(r: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    t = Tracker(tmp_path)
-    try:
-        yield t
-    finally:
-        t.teardown()
 
 
 @pytest.fixture

@@ -13,24 +13,14 @@ import sqlite3
 import time
 from pathlib import Path
 
-import pytest
 
 from apollo.client import Client, EventTail
 from apollo.livecluster import read_info, restart_process
 from apollo.report import A_ATTEMPT, A_JOB, A_OUTCOME, A_TASK
 from apollo.runtime.live import run
-from test_live_cluster import Tracker, _gone, await_for, job_state, pids_of, synthetic, wait_for
+from test_live_cluster import _gone, await_for, job_state, pids_of, synthetic, wait_for
 
 GEN_BASE = 1 << 16       # an adopting JM numbers its own attempts above generation << 16
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    t = Tracker(tmp_path)
-    try:
-        yield t
-    finally:
-        t.teardown()
 
 
 def _rows(folder: Path, sql: str, args: tuple = ()) -> list[tuple]:

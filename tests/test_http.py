@@ -28,6 +28,7 @@ from rm.http import start_http
 from rm.state import RmConfig, RmState
 
 from chromium import Browser, chromium_binary
+from test_live_cluster import wait_for
 
 
 def job(name: str, tasks: int, seconds: float) -> JobSpec:
@@ -52,14 +53,7 @@ def value(fams: dict, name: str, **labels) -> float:
 
 
 def poll(pred, timeout: float, what: str, every: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
+    return wait_for(pred, timeout, what, every)
 
 
 @pytest.fixture

@@ -161,15 +161,6 @@ class Tracker:
         assert not problems, "; ".join(problems)
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    t = Tracker(tmp_path)
-    try:
-        yield t
-    finally:
-        t.teardown()
-
-
 # ---------------------------------------------------------------------------- 1. DAG job, command tasks
 
 def test_dag_job_with_command_reduce_completes_and_a_failing_command_fails_the_job(cluster):
