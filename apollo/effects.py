@@ -27,6 +27,7 @@ class Launch:
     """PN only: start running a task. The runtime answers with a TaskExited event."""
     task: Any          # apollo.messages.TaskSpec
     locality: int      # apollo.cluster.NODE/RACK/REMOTE: how far its input is
+    slowdown: float = 1.0   # its compute time runs this many times the modelled (apollo.stragglers)
 
 
 @dataclass(slots=True)

@@ -44,6 +44,19 @@ TERMINAL = frozenset({S.DONE, S.KILLED, S.DEAD})
 ACTIVE = frozenset({S.DISPATCHED, S.RUNNING})
 
 
+class AttemptKind(IntEnum):
+    """Why an attempt of a task exists. A task has one FIRST attempt at a time (regular or
+    opportunistic; retries are first attempts again) and may have extra ones beside it; the
+    first of them all to finish wins and the rest are killed."""
+    FIRST = 0
+    DUPLICATE = 1    # Apollo's correction: the first queued somewhere much worse than expected
+    COPY = 2         # a straggler's copy, started while the first still runs
+    CLONE = 3        # Dolly: launched with the first, from the cluster's clone budget
+
+
+KIND_NAMES = {int(k): k.name.lower() for k in AttemptKind}
+
+
 class IllegalTransition(RuntimeError):
     pass
 

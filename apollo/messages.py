@@ -19,7 +19,7 @@ import numpy as np
 
 from .spec import JobSpec, SpecError, StageSpec
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 
 class WireError(ValueError):
@@ -327,9 +327,11 @@ JOB: Codec = (lambda j: [j.name, [_stage_to_wire(s) for s in j.stages], j.arriva
 
 @message(job_id=NAT, task=NAT, attempt=NAT, stage=NAT, cpu=FLOAT, mem_gb=FLOAT, duration_s=FLOAT,
          input_bytes=FLOAT, locality=NAT, est_runtime_s=FLOAT, opportunistic=BOOL,
-         command=opt(tup(STR)), env=STR_MAP, cwd=opt(STR), timeout_s=opt(FLOAT), mem_limit=BOOL)
+         command=opt(tup(STR)), env=STR_MAP, cwd=opt(STR), timeout_s=opt(FLOAT), mem_limit=BOOL, kind=NAT)
 class TaskSpec(Message):
-    """One attempt of one task as a PN receives it. ``duration_s`` is the modelled compute time."""
+    """One attempt of one task as a PN receives it. ``duration_s`` is the modelled compute time;
+    ``kind``: apollo.lifecycle.AttemptKind (a PN reports the start of any but a task's first
+    attempt at once: its JM kills the attempts that lost the race)."""
     job_id: int
     task: int
     attempt: int
@@ -346,6 +348,7 @@ class TaskSpec(Message):
     cwd: str | None
     timeout_s: float | None
     mem_limit: bool
+    kind: int = 0
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -353,9 +356,11 @@ class TaskSpec(Message):
 
 
 @message(job_id=NAT, task=NAT, attempt=NAT, state=NAT, t_start=FLOAT, t_end=FLOAT,
-         exit_code=INT, detail=STR)
+         exit_code=INT, detail=STR, progress=FLOAT)
 class TaskReport(Message):
-    """A task attempt's state change at a PN: state is a lifecycle.TaskState value."""
+    """A task attempt's state change at a PN: state is a lifecycle.TaskState value. A report of a
+    running attempt may carry its ``progress`` (0-1; < 0: unknown); one of a queued attempt its
+    planned start in ``t_end`` (PN clock; 0: unknown)."""
     job_id: int
     task: int
     attempt: int
@@ -364,6 +369,7 @@ class TaskReport(Message):
     t_end: float
     exit_code: int
     detail: str
+    progress: float = -1.0
 
 
 # ---- messages ---------------------------------------------------------------

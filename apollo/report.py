@@ -37,13 +37,13 @@ SMALL_JOB_TASKS = 10
 
 # Columns of an "attempt" record (logged by the JM when an attempt ends).
 A_JOB, A_STAGE, A_TASK, A_ATTEMPT, A_SERVER, A_LOC, A_READY, A_DISPATCH, A_START, A_END, A_OUTCOME, \
-    A_OPP, A_CPU, A_HAS_INPUT = range(14)
+    A_OPP, A_CPU, A_HAS_INPUT, A_KIND = range(15)
 
 
 # The columns of an attempt record, packed (AttemptLog).
 ATTEMPT_DTYPE = np.dtype([("job", "i8"), ("stage", "i8"), ("task", "i8"), ("attempt", "i8"), ("server", "i8"),
                           ("loc", "i8"), ("ready", "f8"), ("dispatch", "f8"), ("start", "f8"), ("end", "f8"),
-                          ("outcome", "O"), ("opp", "?"), ("cpu", "f8"), ("has_input", "?")])
+                          ("outcome", "O"), ("opp", "?"), ("cpu", "f8"), ("has_input", "?"), ("kind", "i1")])
 
 
 class AttemptLog:
@@ -93,6 +93,10 @@ class AttemptLog:
 # PNs after its host died, jobs moved to another JM host, JM hosts found dead or back, jobs a
 # host was told to drop.
 CONTROL_EVENTS = ("adopted", "rehomed", "host_dead", "host_up", "released")
+# What the JMs' corrections did (jm/attempts.py): duplicate triggers fired and duplicates sent, by
+# trigger; straggler copies started.
+CORRECTION_EVENTS = ("dup_trigger", "duplicate", "copy")
+KINDS = ("first", "duplicate", "copy", "clone")     # apollo.lifecycle.AttemptKind, by value
 
 
 @dataclass
@@ -108,10 +112,14 @@ class Recorder:
     preempted: int = 0
     upgraded: int = 0
     control: dict = field(default_factory=dict)       # control-plane events (CONTROL_EVENTS) -> count
+    corrections: dict = field(default_factory=dict)   # (CORRECTION_EVENTS, detail) -> count
 
     def __call__(self, kind: str, data: tuple, now: float) -> None:
         if kind in CONTROL_EVENTS:
             self.control[kind] = self.control.get(kind, 0) + 1
+        elif kind in CORRECTION_EVENTS:
+            key = (kind, data[2] if kind != "copy" else "")
+            self.corrections[key] = self.corrections.get(key, 0) + 1
         if kind == "attempt":
             self.attempts.append(data)
         elif kind == "decisions":
@@ -212,6 +220,7 @@ def build_report(rec: Recorder, *, mode: str, workload: dict, cluster: dict, sch
                  capacity_cpus: float, wall_s: float, sim_time_s: float) -> dict[str, Any]:
     att = rec.attempts
     outcome = np.array([r[A_OUTCOME] for r in att]) if att else np.zeros(0, dtype=str)
+    kind = np.array([r[A_KIND] if len(r) > A_KIND else 0 for r in att], dtype=np.int64) if att else np.zeros(0, int)
     ok = outcome == "done"
     # A task's result counts once: a second successful attempt of the same task (a JM host died
     # after its task ended and before the RM heard, and the task ran again) is not a second result.
@@ -258,7 +267,8 @@ def build_report(rec: Recorder, *, mode: str, workload: dict, cluster: dict, sch
         "jobs": {"submitted": len(rec.submitted), "completed": len(jobs_ok),
                  "failed": len(ended) - len(jobs_ok), "refused": len(rec.refused)},
         "tasks": {"submitted": int(sum(s[2] for s in rec.submitted)), "completed": completed,
-                  "failed": int((outcome == "failed").sum()), "duplicates": int((outcome == "moved").sum()), "clones": 0,
+                  "failed": int((outcome == "failed").sum()), "duplicates": int((kind == 1).sum()),
+                  "clones": int((kind == 3).sum()),
                   "opportunistic": int(sum(1 for r in att if r[A_OPP])),
                   "preempted": int((outcome == "preempted").sum()), "upgraded": rec.upgraded,
                   "results_discarded": dup_results},
@@ -274,7 +284,34 @@ def build_report(rec: Recorder, *, mode: str, workload: dict, cluster: dict, sch
                        "decisions_per_wall_s": rec.decisions / wall_s if wall_s > 0 else 0.0},
         "sim_time_s": sim_time_s,
         "control": {k: rec.control.get(k, 0) for k in CONTROL_EVENTS},
+        "attempts": attempt_figures(att, outcome, ok, kind, rec.corrections, int(sum(s[2] for s in rec.submitted))),
     }
+
+
+def attempt_figures(att, outcome: np.ndarray, won: np.ndarray, kind: np.ndarray, corrections: dict,
+                    tasks: int) -> dict:
+    """Attempts by kind (how many, how many won their task, CPU-seconds they ran) and Apollo's
+    Table 2 for duplicates: how often each trigger fired, per task, and how often the duplicate
+    started before the first attempt (its outcome is then not "lost")."""
+    ran = np.array([max(0.0, r[A_END] - r[A_START]) * r[A_CPU] if r[A_START] >= 0 else 0.0 for r in att]) \
+        if len(kind) else np.zeros(0)
+    by_kind = {}
+    for k, name in enumerate(KINDS):
+        m = kind == k
+        by_kind[name] = {"attempts": int(m.sum()), "won": int((m & won).sum()),
+                         "cpu_s": float(ran[m].sum()), "lost_cpu_s": float(ran[m & (outcome == "lost")].sum())}
+    dups = kind == 1
+    n_dup = int(dups.sum())
+    succeeded = int((dups & (outcome != "lost")).sum())
+    triggers = {}
+    for (ev, detail), n in sorted(corrections.items()):
+        if ev == "dup_trigger":
+            triggers[detail] = {"fired": n, "duplicates": corrections.get(("duplicate", detail), 0)}
+    return {"by_kind": by_kind,
+            "duplicates": {"triggers": triggers, "sent": n_dup, "succeeded": succeeded,
+                           "triggered_frac": n_dup / tasks if tasks else 0.0,
+                           "success_frac": succeeded / n_dup if n_dup else 0.0},
+            "copies": {"started": corrections.get(("copy", ""), 0)}}
 
 
 def queue_figures(rec: Recorder, capacity: float, t0: float, t1: float) -> dict[str, dict]:

@@ -81,9 +81,9 @@ class TaskTruth:
         self.fail_prob = cfg.fail_prob
         self.rand = np.random.default_rng(cfg.seed + 11)
 
-    def __call__(self, address: str, task, locality: int) -> tuple[float, bool]:
+    def __call__(self, address: str, task, locality: int, slowdown: float = 1.0) -> tuple[float, bool]:
         # (io.io_time, inlined: this runs once per task attempt)
-        dur = task.duration_s * (self.slow_at.get(address, 1.0) if self.slow_at else 1.0) + self.init_s \
+        dur = task.duration_s * slowdown * (self.slow_at.get(address, 1.0) if self.slow_at else 1.0) + self.init_s \
             + task.input_bytes / self.bandwidth[locality]
         if self.fail_prob and self.rand.random() < self.fail_prob:
             return dur * self.rand.random(), False

@@ -18,13 +18,14 @@ import numpy as np
 
 from apollo.cluster import REMOTE, IoModel, Topology
 from apollo.effects import Log, Send, SetTimer, Timer
-from apollo.lifecycle import TaskState, step
+from apollo.lifecycle import AttemptKind, TaskState, step
 from apollo.messages import (CancelJob, Dispatch, Holding, JobDemand, JobDone, KillTask, ProbeJob, StatusBatch,
                              ProbeTask, ReclaimTokens, TaskReport, TaskSpec, TokenGrant, UpgradeTask)
 from apollo.shapes import GRID, ShapeGrid
 from apollo.spec import JobSpec
 
 from . import estimate as est
+from .attempts import ExtraAttempts
 from .matching import UNMATCHED
 from .policies import Profile, profile as find_profile
 from .policies.batch import Batch
@@ -34,6 +35,7 @@ S = TaskState
 # Plain ints for the hot paths (enum attribute access is slow); same values as TaskState.
 PENDING, READY, DISPATCHED, RUNNING, DONE, FAILED, KILLED = (
     int(S.PENDING), int(S.READY), int(S.DISPATCHED), int(S.RUNNING), int(S.DONE), int(S.FAILED), int(S.KILLED))
+DUPLICATE = int(AttemptKind.DUPLICATE)
 OPPORTUNISTIC_MAX_WAIT_S = 0.5   # opportunistic tasks only go where they should start about now
 
 
@@ -58,11 +60,19 @@ class JmConfig:
     # server reading its input remotely: the token is better spent on a server that is free,
     # and the task is matched again in the next batch or pass. <= 0: never defer.
     defer_s: float = 1.0
-    # Correction (Apollo): a task its server reported queued, and still not started long after
-    # the wait expected when it was sent (factor x expected + slack), is withdrawn from there
-    # and placed again on the fresher view. <= 0: never.
-    overdue_factor: float = 2.0
-    overdue_slack_s: float = 5.0
+    # Corrections (Apollo, section 3.4; jm/attempts.py). Duplicate scheduling: a queued first
+    # attempt whose expected or elapsed wait is "significantly" above the decision's or its
+    # stage's average (above dup_factor x it + dup_slack_s) is placed again, and a server that
+    # would start it that much sooner gets a duplicate; the first of the two to start wins.
+    dup_factor: float = 2.0
+    dup_slack_s: float = 1.0
+    # Straggler copies: a running first attempt not done straggler_after x its expected time
+    # (+ slack) after its expected start is asked for its progress; if its time left is above
+    # copy_factor x what a copy elsewhere would take (+ slack), a copy starts on a free token.
+    copies: bool = True
+    straggler_after: float = 2.0
+    straggler_slack_s: float = 1.0
+    copy_factor: float = 2.0
     # Watchdog (every policy): an attempt not heard of for 2 x (expected wait + runtime) plus
     # this is probed at its server; one the server does not know (a lost Dispatch, or a report
     # lost with a connection) is placed again. <= 0: never.
@@ -105,10 +115,13 @@ class JmConfig:
         self.profile = find_profile(self.policy)
 
 
+RECENT_KEPT = 32    # a stage's last finished tasks' times kept for the straggler baseline (a median)
+
+
 class Stage:
     __slots__ = ("index", "spec", "offset", "n", "parents", "children", "remaining", "est_runtime",
                  "obs_n", "obs_sum", "reps", "in_bytes", "shape", "priority", "ready", "released", "declared",
-                 "mean_in")
+                 "mean_in", "recent", "wait_sum", "wait_n")
 
     def __init__(self, index: int, spec, offset: int) -> None:
         self.index = index
@@ -133,15 +146,22 @@ class Stage:
         self.priority = 0.0
         self.ready: deque[int] = deque()
         self.released = False
+        self.recent: list[float] = []
+        self.wait_sum = 0.0          # expected queue waits of its dispatched first attempts
+        self.wait_n = 0
 
     def observe(self, compute_s: float) -> None:
         """Refine the runtime estimate from a finished task (the declared estimate counts once)."""
         self.obs_n += 1
         self.obs_sum += compute_s
         self.est_runtime = (self.declared + self.obs_sum) / (1 + self.obs_n)
+        rec = self.recent
+        rec.append(compute_s)
+        if len(rec) > RECENT_KEPT:
+            del rec[0]
 
 
-class JmState:
+class JmState(ExtraAttempts):
     # (slots: ~2,300 JMs live at once at 20,000 servers, and a status report touches a dozen
     # of a JM's fields; in the object itself they share a few cache lines)
     __slots__ = ("_bw", "_cpu_of", "_fail_rate", "_fail_seen", "_in_bytes", "_last_report", "_now",
@@ -151,12 +171,19 @@ class JmState:
                  "_fstates", "_keep",
                  "submitted_at", "tokens", "used_tokens", "view", "ready_t", "dispatch_t", "start_t",
                  "passed_at", "exp_wait", "last_heard", "est_sent", "attempt", "state", "opp",
-                 "token_seq", "generation", "_adopting", "_done_init")
+                 "token_seq", "generation", "_adopting", "_done_init",
+                 "extra", "_extra_n", "_dup_done", "check_t", "clones", "clone_cpu", "clone_used")
 
     def __init__(self, job_id: int, spec: JobSpec, tokens: int, submitted_at: float,
                  config: JmConfig, view, reply_to: str = "", seq: int = 0, generation: int = 0,
-                 done: bytes = b"") -> None:
+                 done: bytes = b"", clones: int = 1, clone_cpu: float = 0.0) -> None:
         self.job_id = job_id
+        self.extra: dict = {}                   # task -> its extra attempts (jm/attempts.py)
+        self._extra_n: dict[int, int] = {}
+        self._dup_done: dict[int, int] = {}     # task -> its first attempt the triggers looked at
+        self.clones = clones                    # Dolly: attempts per task (1: not cloned) ...
+        self.clone_cpu = clone_cpu              # ... within this many CPUs of the clone budget
+        self.clone_used = 0.0
         self.token_seq = seq                    # the seq of the last token message applied
         self.generation = generation            # > 0: adopting the job from a dead JM host
         self._adopting = False                  # waiting for the PNs' Holding answers
@@ -193,9 +220,10 @@ class JmState:
         self.stage_of = np.arange(len(self.stages), dtype=np.int32).repeat([s.n for s in self.stages])
         # Per-task columns, carved out of three blocks (a JM of a small job is made in a few
         # allocations, not fifteen: job start-up is on every job's critical path).
-        f64 = np.zeros((7, n))
+        f64 = np.zeros((8, n))
         (self.ready_t, self.dispatch_t, self.start_t, self.passed_at, self.exp_wait, self.last_heard,
-         self.est_sent) = f64
+         self.est_sent, self.check_t) = f64
+        self.check_t[:] = np.inf                # when a running first attempt is looked at as a straggler
         self.start_t[:] = -1.0
         self.passed_at[:] = np.inf              # when lookahead first passed the task over
         # exp_wait: queue wait expected when the task was sent; last_heard: the attempt's last
@@ -289,6 +317,8 @@ class JmState:
         if kill and not self.finished:
             for t in np.flatnonzero((self.state == DISPATCHED) | (self.state == RUNNING)).tolist():
                 out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
+            for t in list(self.extra):
+                self._kill_extras(t, now, out, outcome="killed")
         self.finished = True
         return out
 
@@ -419,37 +449,45 @@ class JmState:
         return self._has_ready() or self._report() != self._last_report or now >= self._watch_at
 
     def _deadlines(self, ids):
-        """When a task reported queued counts as overdue (a move); ``ids``: a task or an array."""
+        """When a task reported queued has waited "significantly" long (Apollo's third duplicate
+        trigger: above its decision's wait and its stage's average); ``ids``: a task or an array."""
         cfg = self.cfg
-        return self.dispatch_t[ids] + cfg.overdue_factor * self.exp_wait[ids] + cfg.overdue_slack_s
+        avg = np.array([st.wait_sum / st.wait_n if st.wait_n else 0.0 for st in self.stages])[self.stage_of[ids]]
+        return self.dispatch_t[ids] + cfg.dup_factor * np.maximum(self.exp_wait[ids], avg) + cfg.dup_slack_s
 
     def _silence_limits(self, ids: np.ndarray) -> np.ndarray:
         """When an attempt not heard of since is probed."""
         return self.last_heard[ids] + 2.0 * (self.exp_wait[ids] + self.est_sent[ids]) + self.cfg.probe_slack_s
 
-    def _check_active(self, now: float, out: list) -> None:
-        """Move tasks whose queue wait turned out much worse than expected, probe attempts not
-        heard of for too long (see JmConfig); note when the next check is due."""
+    def _check_active(self, now: float, rng, out: list) -> None:
+        """Look again at queued tasks that have waited significantly long (duplicate triggers),
+        ask for the progress of running ones past their expected time (straggler copies), probe
+        attempts not heard of for too long (see JmConfig); note when the next check is due."""
         cfg = self.cfg
         st = self.state
         act = np.flatnonzero((st == DISPATCHED) | (st == RUNNING))
         inf = np.full(len(act), np.inf)
-        moves = self._prof.corrections and cfg.overdue_slack_s > 0
-        move_due = np.where(self.queued_seen[act] & (st[act] == DISPATCHED), self._deadlines(act), inf) \
-            if moves else inf
+        dups = self._prof.corrections and cfg.dup_factor > 0
+        dup_due = np.where(self.queued_seen[act] & (st[act] == DISPATCHED), self._deadlines(act), inf) \
+            if dups else inf
         probe_due = self._silence_limits(act) if cfg.probe_slack_s > 0 else inf
-        late_move = move_due <= now
-        late_probe = (probe_due <= now) & ~late_move
+        check_due = self.check_t[act]
+        late_dup = dup_due <= now
+        late_check = (check_due <= now) & ~late_dup
+        late_probe = (probe_due <= now) & ~late_dup & ~late_check
         for t in act[late_probe].tolist():
             out.append(Send(f"pn:{int(self.server[t])}", ProbeTask(self.job_id, t, int(self.attempt[t]),
                                                                    cfg.host)))
         self.last_heard[act[late_probe]] = now
-        rest = ~late_move
-        nxt = np.minimum(move_due[rest], self._silence_limits(act[rest]) if cfg.probe_slack_s > 0 else inf[rest])
+        if late_check.any():
+            self._probe_stragglers(act[late_check], now, out)
+        self.queued_seen[act[late_dup]] = False         # one look per attempt
+        rest = ~late_dup
+        nxt = np.minimum(np.minimum(dup_due[rest], self.check_t[act[rest]]),
+                         self._silence_limits(act[rest]) if cfg.probe_slack_s > 0 else inf[rest])
         self._watch_at = float(nxt.min()) if len(nxt) else np.inf
-        for t in act[late_move].tolist():
-            out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
-            self._attempt_over(t, now, out, "requeue", "overdue in queue", blame=False, outcome="moved")
+        for t in act[late_dup].tolist():
+            self._consider_duplicate(t, now, rng, out, None)
 
     def on_view(self, now: float, rng, lost: np.ndarray | None = None) -> list:
         """The host's view changed: recover tasks on ``lost`` servers (dead or restarted),
@@ -457,6 +495,8 @@ class JmState:
         if self.finished:
             return []
         out: list = []
+        if self.extra and lost is not None and len(lost):
+            self._extras_on(lost, now, out)
         if lost is not None and len(lost):
             act = (self.state == S.DISPATCHED) | (self.state == S.RUNNING)
             ids = np.flatnonzero(act & np.isin(self.server, lost))
@@ -467,7 +507,7 @@ class JmState:
                 if self.finished:
                     return out
         if now >= self._watch_at:
-            self._check_active(now, out)
+            self._check_active(now, rng, out)
         self._schedule(now, rng, out)
         report = self._report()
         if report != self._last_report:
@@ -501,6 +541,14 @@ class JmState:
             # (.item: a plain Python number, without making a numpy scalar first)
             cur = state.item(t)
             if spec is None or r.attempt != spec.attempt or (cur != DISPATCHED and cur != RUNNING):
+                if self.extra:
+                    e = self._find_extra(t, r.attempt)
+                    if e is not None:
+                        if self._on_extra_report(t, e, r, server, now, out, shift):
+                            changed = True
+                        if self.finished:
+                            return
+                        continue
                 if r.state == DISPATCHED or r.state == RUNNING:
                     # an attempt we no longer want is still there (a kill was lost): kill it again
                     out.append(Send(f"pn:{server}", KillTask(self.job_id, t, r.attempt)))
@@ -511,14 +559,26 @@ class JmState:
                 changed = True
             elif rs == DISPATCHED:       # it had to queue there
                 self.last_heard[t] = now
-                if cur == DISPATCHED and self._prof.corrections and self.cfg.overdue_slack_s > 0:
+                if cur == DISPATCHED and self._prof.corrections and self.cfg.dup_factor > 0:
+                    # fresh news of a queued task: Apollo's duplicate triggers, now and later
                     self.queued_seen[t] = True
                     self._watch_at = min(self._watch_at, float(self._deadlines(t)))
+                    if r.t_end > 0.0:        # the start its PN plans for it
+                        self._consider_duplicate(t, now, rng, out, r.t_end + shift - self.dispatch_t.item(t))
+                if r.detail == "probed" and self.check_t.item(t) == np.inf and self.cfg.copies and \
+                        self._prof.corrections:     # a straggler check found it still queued: later
+                    self.check_t[t] = now + self.cfg.straggler_slack_s + self.exp_wait.item(t)
+                    self._watch_at = min(self._watch_at, self.check_t.item(t))
             elif rs == RUNNING:
                 self.last_heard[t] = now
                 if cur == DISPATCHED:        # else already known (a probe's answer): news only
                     state[t] = step(cur, "start")
                     self.start_t[t] = r.t_start + shift
+                    if self.extra and t in self.extra:    # duplicates are discarded when one starts
+                        self._kill_extras(t, now, out, only=DUPLICATE)
+                if r.detail == "probed" and self.check_t.item(t) == np.inf and self.cfg.copies and \
+                        self._prof.corrections:
+                    self._consider_copy(t, r, now, rng, out, shift)
             elif rs == FAILED:
                 self.start_t[t] = r.t_start + shift
                 self._attempt_over(t, now, out, "fail", r.detail or f"exit code {r.exit_code}",
@@ -557,11 +617,12 @@ class JmState:
                      self.start_t.item(t), t_end, outcome, self.opp.item(t), out)
 
     def _record(self, st: "Stage", t: int, attempt: int, server: int, loc: int, t_start: float,
-                t_end: float, outcome: str, opp: bool, out: list) -> None:
+                t_end: float, outcome: str, opp: bool, out: list, kind: int = 0,
+                dispatch_t: float | None = None) -> None:
         """An ended attempt, for the report (columns: apollo.report A_*)."""
         out.append(Log("attempt", (self.job_id, st.index, t - st.offset, attempt, server, loc,
-                                   self.ready_t.item(t), self.dispatch_t.item(t), t_start, float(t_end),
-                                   outcome, opp, st.spec.cpu, st.reps is not None)))
+                                   self.ready_t.item(t), self.dispatch_t.item(t) if dispatch_t is None else dispatch_t,
+                                   t_start, float(t_end), outcome, opp, st.spec.cpu, st.reps is not None, kind)))
 
     def _task_done(self, t: int, cur: int, spec: TaskSpec, r, server: int, now: float, out: list,
                    shift: float = 0.0) -> None:
@@ -572,7 +633,10 @@ class JmState:
         self.state[t] = step(cur, "finish")
         opp = self._free_slot(t, spec.cpu)
         loc = spec.locality
-        self._record(st, t, spec.attempt, server, loc, r.t_start + shift, r.t_end + shift, "done", opp, out)
+        self._record(st, t, spec.attempt, server, loc, r.t_start + shift, r.t_end + shift, "done", opp, out,
+                     spec.kind)
+        if self.extra and t in self.extra:       # the first to finish wins
+            self._kill_extras(t, now, out)
         st.observe(max(0.0, (r.t_end - r.t_start) - self.cfg.io.io_time(spec.input_bytes, loc)))
         self.done += 1
         st.remaining -= 1
@@ -588,13 +652,19 @@ class JmState:
                       t_end: float | None = None, outcome: str = "") -> None:
         """An attempt ended without success: retry the task elsewhere, or give up on the job."""
         self.state[t] = step(int(self.state[t]), event)
-        self._free_slot(t, self.stages[self.stage_of.item(t)].spec.cpu)
+        was_opp = self._free_slot(t, self.stages[self.stage_of.item(t)].spec.cpu)
         self._log_attempt(t, outcome or ("preempted" if event == "requeue" else "failed"),
                           now if t_end is None else t_end, out)
         srv = int(self.server[t])
         if blame:
             self.failures[t] += 1
             self._note_failure(srv)
+        if self.extra and t in self.extra:
+            # Another attempt of the task lives: it carries on as the first (the running one first).
+            ex = self.extra[t]
+            e = next((x for x in ex if x.state == RUNNING), ex[0])
+            self._promote(t, e, now, was_opp)
+            return
         st = self.stages[self.stage_of[t]]
         if event == "fail":
             if self.failures[t] > self.spec.max_retries:
@@ -620,6 +690,8 @@ class JmState:
         self.finished = True
         self.finished_at = now
         self.failed_reason = reason if not ok else ""
+        for t in list(self.extra):
+            self._kill_extras(t, now, out, outcome="killed")
         act = np.flatnonzero((self.state == DISPATCHED) | (self.state == RUNNING))
         for t in act.tolist():
             out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
@@ -697,7 +769,7 @@ class JmState:
             order = self._quality_order(placed, wait[ok], where[ok], now) if cfg.lookahead > 1 and \
                 gate.lookahead else wait[ok].argsort(kind="stable")
             placed, psrv = placed[order], servers[ok][order]
-            n_placed = self._dispatch(placed, psrv, wait[ok][order], where[ok][order], now, opp_room, out)
+            n_placed = self._dispatch(placed, psrv, wait[ok][order], where[ok][order], now, opp_room, out, rng)
             if n_placed < len(batch):    # the rest go back in their priority order
                 sent = set(placed[:n_placed].tolist())
                 rest = [t for t in batch if t not in sent]
@@ -828,7 +900,7 @@ class JmState:
         return reps, in_bytes, runtime, shape, cpu
 
     def _dispatch(self, ids: np.ndarray, srv: np.ndarray, wait: np.ndarray, where: np.ndarray, now: float,
-                  opp_room: float, out: list) -> int:
+                  opp_room: float, out: list, rng=None) -> int:
         """Send placed tasks (in quality order) while tokens last, then as opportunistic tasks
         to servers expected to be idle now; returns how many of ``ids`` went out (a prefix)."""
         cfg = self.cfg
@@ -916,6 +988,26 @@ class JmState:
         self.est_sent[ids] = est_rt
         if cfg.probe_slack_s > 0:
             self._watch_at = min(self._watch_at, float(self._silence_limits(ids).min()))
+        w = wait[:n]
+        if single:
+            st = stages[0]
+            st.wait_sum += float(w.sum())
+            st.wait_n += n
+        else:
+            k = len(stages)
+            ws, wn = np.bincount(sidx, weights=w, minlength=k).tolist(), np.bincount(sidx, minlength=k).tolist()
+            for i, st in enumerate(stages):
+                st.wait_sum += ws[i]
+                st.wait_n += wn[i]
+        if cfg.copies and self._prof.corrections:
+            # looked at as a possible straggler once well past the time its stage normally takes
+            if single:
+                gap = self._straggler_baseline(stages[0]) - stages[0].est_runtime
+            else:
+                gap = np.array([self._straggler_baseline(st) - st.est_runtime for st in stages])[sidx]
+            chk = self._next_check(ids, now, w, est_rt + gap)
+            self.check_t[ids] = chk
+            self._watch_at = min(self._watch_at, float(chk.min()))
         by_server: dict[int, list] = {}
         job_id = self.job_id
         sent = self._sent
@@ -949,13 +1041,20 @@ class JmState:
                 by_server.setdefault(s, []).append(task)
         for s, tasks in by_server.items():
             out.append(Send(f"pn:{s}", Dispatch(self.job_id, tasks, cfg.host)))
+        if self.clones > 1:
+            self._send_clones(ids.tolist(), now, rng, out)
         return n
 
     # ---- invariants ------------------------------------------------------------
     def validate(self) -> None:
         act = (self.state == S.DISPATCHED) | (self.state == S.RUNNING)
         cpu = np.array([self.stages[i].spec.cpu for i in self.stage_of]) if self.n else np.zeros(0)
-        assert abs(cpu[act & ~self.opp].sum() - self.used_tokens) < 1e-6, "token accounting broken"
+        extra_tok, extra_clone = self._extra_counts()
+        for t in self.extra:
+            assert self.finished or act[t], "a task with extra attempts has no first attempt"
+        assert abs(extra_clone - self.clone_used) < 1e-6, "clone accounting broken"
+        assert self.clone_used <= self.clone_cpu + 1e-6, "clones beyond the job's clone grant"
+        assert abs(cpu[act & ~self.opp].sum() + extra_tok - self.used_tokens) < 1e-6, "token accounting broken"
         assert abs(cpu[act & self.opp].sum() - self.outstanding_opp) < 1e-6, "opportunistic accounting broken"
         if not self.finished:
             assert self._opp_active == set(np.flatnonzero(act & self.opp).tolist()), "opportunistic set out of sync"

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from apollo.cluster import IoModel
 from apollo.effects import Kill, Launch, Log, Send, SetTimer, Start, TaskExited, Timer
 from apollo.lifecycle import TaskState, step
 from apollo.messages import (Dispatch, Heartbeat, Holding, KillTask, ProbeJob, ProbeTask, StatusBatch, TaskReport,
                              TaskSpec, UpgradeTask)
 from apollo.shapes import GRID, ShapeGrid
+from apollo.stragglers import NONE as NO_STRAGGLERS, StragglerModel
 
 from .queue import Profile, release_waits
 
@@ -68,6 +70,10 @@ class PnConfig:
     # The queue itself still preempts them for any regular task that arrives.
     advertise_opportunistic: bool = True
     rm: str = "rm"
+    # How much slower than modelled this server's attempts run (apollo.stragglers), and the I/O
+    # model its synthetic tasks read their input at: together what their progress is.
+    stragglers: StragglerModel = NO_STRAGGLERS
+    io: IoModel = field(default_factory=IoModel)
 
 
 @dataclass(slots=True)
@@ -77,13 +83,15 @@ class Attempt:
     queued_at: float
     started_at: float = -1.0
     reported: bool = False           # its JM was told it is queued (so is told when it starts)
+    slowdown: float = 1.0            # drawn from the straggler model when it starts
 
 
 def _regular(s: TaskSpec) -> TaskSpec:
     """``s`` as a regular (non-opportunistic) attempt: ``dataclasses.replace`` at a fraction of
     its cost (a new message: the original may be shared with its sender in one process)."""
     return TaskSpec(s.job_id, s.task, s.attempt, s.stage, s.cpu, s.mem_gb, s.duration_s, s.input_bytes,
-                    s.locality, s.est_runtime_s, False, s.command, s.env, s.cwd, s.timeout_s, s.mem_limit)
+                    s.locality, s.est_runtime_s, False, s.command, s.env, s.cwd, s.timeout_s, s.mem_limit,
+                    s.kind)
 
 
 def _weighted_pick(w: list[float], rng) -> int:
@@ -178,6 +186,7 @@ class PnState:
             del seen[:DISPATCHES_KEPT]
         if msg.reply_to and msg.reply_to != self._jm_default or msg.job_id in self.jm_at:
             self._reply_to(msg.job_id, msg.tasks[0].attempt >> 16, msg.reply_to)
+        started: dict[int, list] = {}
         for spec in msg.tasks:
             if not (0 < spec.cpu <= cfg.cores + 1e-9 and 0 < spec.mem_gb <= cfg.mem_gb + 1e-9):
                 refused.append(TaskReport(spec.job_id, spec.task, spec.attempt, int(TaskState.FAILED),
@@ -189,18 +198,18 @@ class PnState:
                 self.opp_queue.append(a)
                 queued = True
             elif not self.queue and spec.cpu <= self.free_cpu + 1e-9 and spec.mem_gb <= self.free_mem + 1e-9:
-                self._start(a, now, out, report=False)   # fast path: nothing ahead of it
+                self._start(a, now, rng, out, report=spec.kind != 0, reports=started)   # nothing ahead of it
             else:
                 self.queue.append(a)
                 self._arm_queued_report(now, out)
                 queued = True
         self._matrix = None
-        if not (queued or refused or self.opp_queue):
+        if not (queued or refused or self.opp_queue or started):
             self._changed_now(now, out)      # every task started: nothing to plan or report
             return out
-        reports: dict[int, list] = {}
+        reports: dict[int, list] = started
         if refused:
-            reports[msg.job_id] = refused
+            reports.setdefault(msg.job_id, []).extend(refused)
         self._run_queues(now, rng, out, reports)
         self._emit_reports(now, out, reports)
         return out
@@ -287,7 +296,8 @@ class PnState:
         if a is None:
             rep = self._end_of(key) or TaskReport(*key, int(TaskState.READY), now, now, -1, "unknown attempt")
         else:
-            rep = TaskReport(*key, int(a.state), a.started_at if a.started_at >= 0 else now, 0.0, 0, "probed")
+            rep = TaskReport(*key, int(a.state), a.started_at if a.started_at >= 0 else now, 0.0, 0, "probed",
+                             self._progress(a, now))
         out: list = []
         self._emit_reports(now, out, {msg.job_id: [rep]})
         return out
@@ -332,14 +342,19 @@ class PnState:
         wait = self.cfg.queued_report_s
         reports: dict[int, list] = {}
         nxt = float("inf")
-        for a in self.queue:
+        starts = None
+        for i, a in enumerate(self.queue):
             if a.reported:
                 continue
             if a.queued_at + wait <= now + 1e-9:
                 a.reported = True
                 s = a.spec
+                if starts is None:      # where the plan has it start: fresh news for its JM
+                    starts = self._plan(now)[1]
+                start = starts[i]
                 reports.setdefault(s.job_id, []).append(
-                    TaskReport(s.job_id, s.task, s.attempt, int(TaskState.DISPATCHED), now, 0.0, 0, "queued"))
+                    TaskReport(s.job_id, s.task, s.attempt, int(TaskState.DISPATCHED), now,
+                               start if start < NEVER_S else NEVER_S, 0, "queued"))
             else:
                 nxt = min(nxt, a.queued_at + wait)
         out: list = []
@@ -374,7 +389,7 @@ class PnState:
         return []
 
     # ---- queue mechanics ---------------------------------------------------
-    def _start(self, a: Attempt, now: float, out: list, report: bool, reports: dict | None = None) -> None:
+    def _start(self, a: Attempt, now: float, rng, out: list, report: bool, reports: dict | None = None) -> None:
         a.state = step(a.state, "start")
         a.started_at = now
         s = a.spec
@@ -382,11 +397,13 @@ class PnState:
         self.free_cpu -= s.cpu
         self.free_mem -= s.mem_gb
         self._matrix = None
-        out.append(Launch(s, s.locality))
+        if self.cfg.stragglers.p > 0.0:
+            a.slowdown = self.cfg.stragglers.draw(rng)
+        out.append(Launch(s, s.locality, a.slowdown))
         # A regular task's JM hears of its start only if it heard it was queued (see
         # PnConfig.queued_report_s); an opportunistic one's always (its JM upgrades running
-        # ones first).
-        if report and (a.reported or s.opportunistic) and reports is not None:
+        # ones first), and an extra attempt's (its JM kills the attempts that lost the race).
+        if report and (a.reported or s.opportunistic or s.kind) and reports is not None:
             reports.setdefault(s.job_id, []).append(
                 TaskReport(s.job_id, s.task, s.attempt, int(a.state), now, 0.0, 0, ""))
 
@@ -429,7 +446,7 @@ class PnState:
             eps = 1e-9
             i = 0
             while i < len(q) and q[i].spec.cpu <= self.free_cpu + eps and q[i].spec.mem_gb <= self.free_mem + eps:
-                self._start(q[i], now, out, report=True, reports=reports)
+                self._start(q[i], now, rng, out, report=True, reports=reports)
                 i += 1
             if i:
                 self.queue = q = q[i:]
@@ -446,7 +463,7 @@ class PnState:
             for a, t in zip(self.queue, starts):
                 if t <= now:
                     self._make_room(a.spec, now, out, reports)
-                    self._start(a, now, out, report=True, reports=reports)
+                    self._start(a, now, rng, out, report=True, reports=reports)
                 else:
                     keep.append(a)
             self.queue = keep
@@ -488,7 +505,7 @@ class PnState:
             a = self.opp_queue.pop(i)
             room_c -= a.spec.cpu
             room_m -= a.spec.mem_gb
-            self._start(a, now, out, report=True, reports=reports)
+            self._start(a, now, rng, out, report=True, reports=reports)
 
     # ---- the wait-time matrix ----------------------------------------------
     def matrix(self, now: float) -> np.ndarray:
@@ -623,6 +640,16 @@ class PnState:
                 here = {r.job_id for r in ended} | {k[0] for k in self.running} | \
                     {a.spec.job_id for q in (self.queue, self.opp_queue) for a in q}
                 self.jm_at = {j: v for j, v in self.jm_at.items() if j in here}
+
+    def _progress(self, a: Attempt, now: float) -> float:
+        """How far a running attempt is (0-1): a synthetic task by its modelled time (its compute
+        time stretched by its slowdown, plus start-up and input I/O); a command's is unknown
+        (-1: its JM judges it by elapsed time)."""
+        s = a.spec
+        if s.command is not None or a.started_at < 0:
+            return -1.0
+        total = s.duration_s * a.slowdown + self.cfg.io.io_time(s.input_bytes, s.locality)
+        return min(1.0, (now - a.started_at) / total) if total > 0 else 1.0
 
     def _end_of(self, key: tuple) -> TaskReport | None:
         job, task, attempt = key

@@ -231,28 +231,6 @@ def test_lookahead_spends_a_lone_token_on_the_task_with_an_idle_local_server():
     assert [t.task for _, t in dispatched(out)] == [0]
 
 
-def test_a_task_queued_far_longer_than_expected_is_moved():
-    spec = JobSpec("m", [StageSpec("map", 1, np.full(1, 2.0))])
-    j, out = jm(spec)
-    (to, t), = dispatched(out)
-    assert j.exp_wait[0] == 0.0
-    # Not reported queued: it may be running (a task that starts on arrival reports at its end).
-    assert not [e for e in j.on_view(100.0, Rng()) if isinstance(e, Send) and isinstance(e.msg, KillTask)]
-    j.handle(report(j, 0, TaskState.DISPATCHED, t1=0.0), 0.0, Rng())
-    # Queued, and no start heard long after the expected wait (0 s) plus the slack: re-place.
-    out = j.on_view(j.cfg.overdue_slack_s + 1.0, Rng())
-    kills = [e for e in out if isinstance(e, Send) and isinstance(e.msg, KillTask)]
-    assert [(k.to, k.msg.attempt) for k in kills] == [(to, 1)]
-    again = dispatched(out)
-    assert len(again) == 1 and again[0][1].attempt == 2
-    assert j.state[0] == TaskState.DISPATCHED
-    j.validate()
-    # A started task is never moved.
-    j.handle(report(j, 0, TaskState.RUNNING, t0=7.0, t1=0.0), 7.0, Rng())
-    out = j.on_view(100.0, Rng())
-    assert not [e for e in out if isinstance(e, Send) and isinstance(e.msg, KillTask)]
-
-
 def test_apollo_defers_rather_than_queue_behind_a_long_wait_when_a_server_is_idle():
     spec = JobSpec("m", [StageSpec("map", 1, np.full(1, 2.0), input_bytes=np.full(1, 64e6), dataset="ds")])
     v = view(wait=60.0)

@@ -137,8 +137,8 @@ def test_attempt_log_reads_back_the_rows_it_packed(monkeypatch):
     monkeypatch.setattr(AttemptLog, "CHUNK", 4)
     log = AttemptLog()
     assert not log and len(log) == 0 and list(log) == []
-    rows = [(i, 0, i % 3, 1, 7 * i - 1, i % 3, 0.5 * i, 1.0, -1.0 if i % 2 else 2.5, 3.25, "done" if i % 4 else "moved",
-             bool(i % 2), 1.0, i % 5 == 0) for i in range(10)]
+    rows = [(i, 0, i % 3, 1, 7 * i - 1, i % 3, 0.5 * i, 1.0, -1.0 if i % 2 else 2.5, 3.25, "done" if i % 4 else "lost",
+             bool(i % 2), 1.0, i % 5 == 0, i % 4) for i in range(10)]
     for r in rows:
         log.append(r)
     back = list(log)

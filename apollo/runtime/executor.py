@@ -78,10 +78,11 @@ class Executor:
         self.killed = 0
 
     # ---- the interface the runtime uses --------------------------------------------
-    def synthetic_duration(self, task, locality: int) -> float:
-        return (task.duration_s + self.io.io_time(task.input_bytes, locality)) / self.speedup
+    def synthetic_duration(self, task, locality: int, slowdown: float = 1.0) -> float:
+        return (task.duration_s * slowdown + self.io.io_time(task.input_bytes, locality)) / self.speedup
 
-    def launch(self, owner: str, task, locality: int, on_exit: Callable[[TaskExited], None]) -> None:
+    def launch(self, owner: str, task, locality: int, on_exit: Callable[[TaskExited], None],
+               slowdown: float = 1.0) -> None:
         """Start ``task`` for the PN at ``owner``; ``on_exit`` gets its TaskExited later."""
         key = (owner, task.key)
         loop = asyncio.get_running_loop()
@@ -93,7 +94,7 @@ class Executor:
         self.running[key] = r
         self.launched += 1
         if task.command is None:
-            r.timer = loop.call_later(self.synthetic_duration(task, locality), self._finish, key, r,
+            r.timer = loop.call_later(self.synthetic_duration(task, locality, slowdown), self._finish, key, r,
                                       TaskExited(task.key, True, 0, ""))
         else:
             r.job = loop.create_task(self._run(key, r))

@@ -278,7 +278,7 @@ class LiveRuntime:
                     self.log_sink(e.kind, e.data, now)
                 elif te is Launch:
                     self.executor.launch(addr, e.task, e.locality,
-                                         lambda ev, a=addr, act=actor: self._exited(a, act, ev))
+                                         lambda ev, a=addr, act=actor: self._exited(a, act, ev), e.slowdown)
                 elif te is Kill:
                     self.executor.kill(addr, e.task_key)
                     if self._exits:

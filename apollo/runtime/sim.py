@@ -337,7 +337,7 @@ class SimRuntime:
             elif te is Log:
                 self.log_sink(e.kind, e.data, now)
             elif te is Launch:
-                dur, ok = self.task_model(node.address, e.task, e.locality)
+                dur, ok = self.task_model(node.address, e.task, e.locality, e.slowdown)
                 self.seq = seq = self.seq + 1
                 # The exit event is made when it fires: ~50,000 tasks run at once at 20,000
                 # servers, and an object each kept meanwhile is memory every event pays for.

@@ -1,0 +1,350 @@
+"""A task's extra attempts: Apollo's duplicates, straggler copies and Dolly's clones.
+
+A task has one *first* attempt at a time, kept in the JM's per-task columns
+(jm/state.py: the hot path, one attempt per task, costs nothing more), and any
+number of extra attempts beside it, kept here as ``Extra`` rows: a table that
+is empty for almost every task. Each attempt, first or extra, moves through
+the one transition table (apollo.lifecycle); the first of a task's attempts to
+finish wins, the rest are killed at their PNs and recorded as "lost".
+
+What each extra attempt holds:
+- a DUPLICATE (Apollo, section 3.4: the first is queued somewhere much worse
+  than expected) holds nothing: the two are never meant to run together, and
+  the one that starts first wins (the other is killed on the news);
+- a COPY of a straggler (it runs beside the first) holds one of the job's
+  tokens, so copies only ever use what the job was given;
+- a CLONE (Dolly) holds part of the job's clone grant, which the RM took out
+  of the cluster's clone budget when it admitted the job.
+
+When the first attempt ends without success while an extra one lives, the
+extra one becomes the first (it takes over the first's token or
+opportunistic allowance) instead of the task being placed again.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from apollo.effects import Log, Send
+from apollo.lifecycle import AttemptKind, TaskState, step
+from apollo.messages import Dispatch, KillTask, ProbeTask, TaskSpec
+
+from .matching import UNMATCHED
+
+S = TaskState
+DISPATCHED, RUNNING, DONE, READY = int(S.DISPATCHED), int(S.RUNNING), int(S.DONE), int(S.READY)
+DUPLICATE, COPY, CLONE = int(AttemptKind.DUPLICATE), int(AttemptKind.COPY), int(AttemptKind.CLONE)
+HOLD_NONE, HOLD_TOKEN, HOLD_CLONE = 0, 1, 2
+EXTRA_BIT = 0x8000     # extra attempts are numbered apart from first ones (generation << 16 above)
+
+
+class Extra:
+    """One extra attempt of a task."""
+    __slots__ = ("kind", "spec", "server", "state", "dispatch_t", "start_t", "exp_wait", "hold", "trigger")
+
+    def __init__(self, kind: int, spec: TaskSpec, server: int, now: float, wait: float, hold: int,
+                 trigger: str) -> None:
+        self.kind = kind
+        self.spec = spec
+        self.server = server
+        self.state = step(S.READY, "dispatch")
+        self.dispatch_t = now
+        self.start_t = -1.0
+        self.exp_wait = wait
+        self.hold = hold
+        self.trigger = trigger
+
+    @property
+    def attempt(self) -> int:
+        return self.spec.attempt
+
+
+class ExtraAttempts:
+    """JmState's extra attempts (a mixin: the methods need the JM's columns)."""
+    __slots__ = ()
+
+    # ---- making them -----------------------------------------------------------
+    def _send_extra(self, t: int, kind: int, server: int, wait: float, where: int, now: float, out: list,
+                    hold: int, trigger: str = "", read_scale: float = 1.0, dispatch: bool = True) -> Extra:
+        """Send an extra attempt of ``t`` to ``server`` (``where``: its locality there;
+        ``read_scale``: its input read slower by this factor, a contended copy)."""
+        st = self.stages[self.stage_of.item(t)]
+        spec = st.spec
+        i = t - st.offset
+        n = self._extra_n.get(t, 0) + 1
+        self._extra_n[t] = n
+        attempt = (self.generation << 16) | EXTRA_BIT | (n & (EXTRA_BIT - 1))
+        cfg = self.cfg
+        in_bytes = float(st.in_bytes[i]) * read_scale
+        est_rt = st.est_runtime + cfg.io.init_s + in_bytes / float(self._bw[where])
+        ts = TaskSpec(self.job_id, t, attempt, st.index, spec.cpu, spec.mem_gb, float(spec.durations_s[i]),
+                      in_bytes, int(where), est_rt, False, spec.command, spec.env, spec.cwd, spec.timeout_s,
+                      spec.command is not None, kind)
+        e = Extra(kind, ts, int(server), now, float(wait), hold, trigger)
+        if hold == HOLD_TOKEN:
+            self.used_tokens += spec.cpu
+        elif hold == HOLD_CLONE:
+            self.clone_used += spec.cpu
+        self.extra.setdefault(t, []).append(e)
+        self.view.record_dispatches(np.array([int(server)]), np.array([est_rt * spec.cpu / cfg.topology.cores]),
+                                    np.array([spec.cpu]), now)
+        if dispatch:
+            out.append(Send(f"pn:{int(server)}", Dispatch(self.job_id, [ts], cfg.host)))
+        return e
+
+    def _place_extra(self, t: int, now: float, rng, avoid: set) -> tuple[int, float, int]:
+        """Where an extra attempt of ``t`` would go now: (server or UNMATCHED, wait, locality),
+        never a server in ``avoid`` (where the task has attempts already)."""
+        alive = self.view.alive
+        away = np.fromiter(avoid, dtype=np.int64, count=len(avoid))
+        was = alive[away].copy()
+        alive[away] = False          # (for this placement only: they cost infinity)
+        try:
+            srv, wait, where = self._place(np.array([t], dtype=np.int64), now, rng)
+        finally:
+            alive[away] = was
+        s = int(srv[0])
+        if s == UNMATCHED or s in avoid:
+            return UNMATCHED, 0.0, 0
+        return s, float(wait[0]), int(where[0])
+
+    def _servers_of(self, t: int) -> set:
+        got = {self.server.item(t)}
+        for e in self.extra.get(t, ()):
+            got.add(e.server)
+        return got
+
+    # ---- Apollo's duplicate scheduling -------------------------------------------
+    def _consider_duplicate(self, t: int, now: float, rng, out: list, new_wait: float | None) -> None:
+        """Fresh news of ``t``'s first attempt, queued at its server (``new_wait``: the wait
+        its PN now plans for it, None if the news is only the time gone by). Apollo's three
+        triggers, each "significantly" (JmConfig.dup_factor x + dup_slack_s): (i) the updated
+        expected wait against the one the decision used; (ii) it against the stage's average;
+        (iii) the wait so far against that average. A trigger re-runs the placement; a server
+        that would start and read the task significantly sooner gets a duplicate."""
+        if t in self.extra or self._dup_done.get(t) == self.attempt.item(t):
+            return
+        self._dup_done[t] = self.attempt.item(t)       # one look per first attempt and trigger
+        cfg = self.cfg
+        st = self.stages[self.stage_of.item(t)]
+        avg = st.wait_sum / st.wait_n if st.wait_n else 0.0
+        elapsed = now - self.dispatch_t.item(t)
+        decided = self.exp_wait.item(t)
+        f, slack = cfg.dup_factor, cfg.dup_slack_s
+        upd = max(new_wait, elapsed) if new_wait is not None else max(decided, elapsed)
+        if new_wait is not None and upd > f * decided + slack:
+            trigger = "wait_above_decision"
+        elif upd > f * avg + slack:
+            trigger = "wait_above_stage"
+        elif elapsed > f * avg + slack:
+            trigger = "elapsed_above_stage"
+        else:
+            return
+        out.append(Log("dup_trigger", (self.job_id, t, trigger)))
+        s, wait, where = self._place_extra(t, now, rng, self._servers_of(t))
+        if s == UNMATCHED:
+            return
+        io = cfg.io
+        in_b = float(self._in_bytes[t])
+        # The wait left here: what the PN plans, or (no plan heard) as long again as it is late
+        # already (waits are heavy-tailed: the later a task is, the longer it is likely to be).
+        left = max(upd - elapsed, elapsed - decided) if new_wait is None else max(upd - elapsed, 0.0)
+        here = left + io.io_time(in_b, self.locality.item(t))
+        there = wait + io.io_time(in_b, where)
+        if there + slack >= here or f * there > here:
+            return          # not significantly better: leave it where it is
+        self._send_extra(t, DUPLICATE, s, wait, where, now, out, HOLD_NONE, trigger)
+        out.append(Log("duplicate", (self.job_id, t, trigger)))
+
+    # ---- straggler copies ----------------------------------------------------------
+    def _straggler_baseline(self, st) -> float:
+        """What a task of ``st`` normally takes (compute): the median of its finished tasks and
+        its declared estimate (a median: the stragglers being looked for must not set it)."""
+        obs = st.recent
+        if not obs:
+            return st.declared
+        return float(np.median(obs + [st.declared]))
+
+    def _next_check(self, ids, now: float, wait, est_rt):
+        """When a running first attempt is first looked at as a possible straggler."""
+        cfg = self.cfg
+        return now + wait + cfg.straggler_after * est_rt + cfg.straggler_slack_s
+
+    def _probe_stragglers(self, ids: np.ndarray, now: float, out: list) -> None:
+        """Ask the PNs how far these attempts are (they answer with a progress report)."""
+        host = self.cfg.host
+        for t in ids.tolist():
+            out.append(Send(f"pn:{self.server.item(t)}", ProbeTask(self.job_id, t, self.attempt.item(t), host)))
+        self.check_t[ids] = np.inf       # until the answer comes
+
+    def _consider_copy(self, t: int, r, now: float, rng, out: list, shift: float) -> None:
+        """A progress report of ``t``'s running first attempt: its time left from its rate of
+        progress (a command's, whose progress is unknown, from its time so far); a copy
+        elsewhere that would finish significantly sooner (JmConfig.copy_factor) is started if
+        the job has a token free for it. Else it is looked at again later."""
+        cfg = self.cfg
+        st = self.stages[self.stage_of.item(t)]
+        started = r.t_start + shift
+        elapsed = max(now - started, 1e-6)
+        p = r.progress
+        base = self._straggler_baseline(st)
+        if p > 0.0:
+            left = elapsed * (1.0 - p) / p
+        elif p == 0.0:
+            left = np.inf
+        else:
+            left = max(base - elapsed, 0.5 * elapsed)
+        again = now + max(cfg.straggler_slack_s, 0.5 * min(left, base))
+        cpu = st.spec.cpu
+        if t in self.extra or self.tokens - self.used_tokens < cpu - 1e-9:
+            self.check_t[t] = again
+            self._watch_at = min(self._watch_at, again)
+            return
+        s, wait, where = self._place_extra(t, now, rng, self._servers_of(t))
+        copy_time = wait + base + cfg.io.io_time(float(self._in_bytes[t]), where) if s != UNMATCHED else np.inf
+        if left > cfg.copy_factor * copy_time + cfg.straggler_slack_s:
+            self._send_extra(t, COPY, s, wait, where, now, out, HOLD_TOKEN, "straggler")
+            out.append(Log("copy", (self.job_id, t, float(left), float(copy_time))))
+        else:
+            self.check_t[t] = again
+            self._watch_at = min(self._watch_at, again)
+
+    # ---- Dolly's clones ---------------------------------------------------------------
+    def _send_clones(self, ids: list, now: float, rng, out: list) -> None:
+        """Clones of tasks just dispatched (a cloned job): ``clones - 1`` more of each, on
+        servers other than the task's, while the job's clone grant lasts."""
+        by_server: dict[int, list] = {}
+        for k in range(1, self.clones):
+            for t in ids:
+                cpu = self.stages[self.stage_of.item(t)].spec.cpu
+                if self.clone_used + cpu > self.clone_cpu + 1e-9:
+                    break
+                s, wait, where = self._place_extra(t, now, rng, self._servers_of(t))
+                if s == UNMATCHED:
+                    continue
+                e = self._send_extra(t, CLONE, s, wait, where, now, out, HOLD_CLONE, "clone", dispatch=False)
+                by_server.setdefault(s, []).append(e.spec)
+        for s, specs in by_server.items():
+            out.append(Send(f"pn:{s}", Dispatch(self.job_id, specs, self.cfg.host)))
+
+    # ---- news of an extra attempt --------------------------------------------------
+    def _find_extra(self, t: int, attempt: int) -> Extra | None:
+        for e in self.extra.get(t, ()):
+            if e.spec.attempt == attempt:
+                return e
+        return None
+
+    def _on_extra_report(self, t: int, e: Extra, r, server: int, now: float, out: list, shift: float) -> bool:
+        """A report about extra attempt ``e`` of ``t``; True if the task is done now."""
+        rs = r.state
+        cur = self.state.item(t)
+        if rs == RUNNING or (rs == DONE and e.state == DISPATCHED):
+            if e.state == DISPATCHED:
+                e.state = step(e.state, "start")
+                e.start_t = r.t_start + shift
+            if e.kind == DUPLICATE and rs == RUNNING:
+                if cur == DISPATCHED:        # it started first: the duplicate wins the race
+                    self._promote(t, e, now, self._end_first(t, now, out))
+                    self._kill_extras(t, now, out, only=DUPLICATE)
+                else:                        # the first started too: keep the first
+                    self._end_extra(t, e, "kill", "lost", now, out)
+                return False
+        if rs == DONE:
+            was_opp = self._end_first(t, now, out) if cur == DISPATCHED or cur == RUNNING else False
+            self._promote(t, e, now, was_opp)
+            self._task_done(t, self.state.item(t), e.spec, r, server, now, out, shift)
+            return True
+        if rs == S.FAILED:
+            self._note_failure(server)
+            self._end_extra(t, e, "fail", "failed", now, out, kill=False, t_end=r.t_end + shift)
+        elif rs == READY or rs == S.KILLED:
+            self._end_extra(t, e, "requeue" if rs == READY else "kill", "preempted" if rs == READY else "lost",
+                            now, out, kill=False, t_end=r.t_end + shift)
+        return False
+
+    # ---- ending them -------------------------------------------------------------------
+    def _release_hold(self, e: Extra) -> None:
+        if e.hold == HOLD_TOKEN:
+            self.used_tokens -= e.spec.cpu
+        elif e.hold == HOLD_CLONE:
+            self.clone_used -= e.spec.cpu
+
+    def _end_extra(self, t: int, e: Extra, event: str, outcome: str, now: float, out: list,
+                   kill: bool = True, t_end: float | None = None) -> None:
+        if kill:
+            out.append(Send(f"pn:{e.server}", KillTask(self.job_id, t, e.spec.attempt)))
+        e.state = step(e.state, event)
+        self._release_hold(e)
+        st = self.stages[self.stage_of.item(t)]
+        self._record(st, t, e.spec.attempt, e.server, e.spec.locality, e.start_t, now if t_end is None else t_end,
+                     outcome, False, out, e.kind, e.dispatch_t)
+        ex = self.extra[t]
+        ex.remove(e)
+        if not ex:
+            del self.extra[t]
+
+    def _kill_extras(self, t: int, now: float, out: list, only: int | None = None, outcome: str = "lost") -> None:
+        for e in list(self.extra.get(t, ())):
+            if only is None or e.kind == only:
+                self._end_extra(t, e, "kill", outcome, now, out)
+
+    def _end_first(self, t: int, now: float, out: list, outcome: str = "lost") -> bool:
+        """Kill ``t``'s first attempt: another attempt of the task won (the task's columns then
+        take that one). True if it was opportunistic."""
+        cur = self.state.item(t)
+        out.append(Send(f"pn:{self.server.item(t)}", KillTask(self.job_id, t, self.attempt.item(t))))
+        self.state[t] = step(cur, "kill")
+        was_opp = self._free_slot(t, self.stages[self.stage_of.item(t)].spec.cpu)
+        self._log_attempt(t, outcome, now, out)
+        return was_opp
+
+    def _promote(self, t: int, e: Extra, now: float, was_opp: bool) -> None:
+        """Extra attempt ``e`` becomes ``t``'s first (whose attempt has just ended and freed its
+        slot, opportunistic if ``was_opp``): it takes over that slot, a token or the
+        opportunistic allowance, and gives back what it held itself."""
+        ex = self.extra[t]
+        ex.remove(e)
+        if not ex:
+            del self.extra[t]
+        self._release_hold(e)
+        cpu = e.spec.cpu
+        if was_opp:
+            self.outstanding_opp += cpu
+            self._opp_active.add(t)
+            self.opp[t] = True
+        else:
+            self.used_tokens += cpu
+            self.opp[t] = False
+        spec = e.spec
+        self.attempt[t] = spec.attempt
+        self.server[t] = e.server
+        self.state[t] = e.state
+        self.locality[t] = spec.locality
+        self.dispatch_t[t] = e.dispatch_t
+        self.start_t[t] = e.start_t
+        self.exp_wait[t] = e.exp_wait
+        self.last_heard[t] = now
+        self.est_sent[t] = spec.est_runtime_s
+        self.queued_seen[t] = False
+        self.check_t[t] = np.inf
+        self._sent[t] = spec
+
+    def _extras_on(self, lost: np.ndarray, now: float, out: list) -> None:
+        """Extra attempts on servers that died or restarted: gone, no fault of the task."""
+        lost_set = set(lost.tolist())
+        view = self.view
+        for t in list(self.extra):
+            for e in list(self.extra.get(t, ())):
+                if e.server in lost_set and (not view.alive[e.server] or view.boot_times[e.server] > e.dispatch_t):
+                    self._end_extra(t, e, "fail", "failed", now, out, kill=False)
+
+    def _extra_counts(self) -> tuple[float, float]:
+        """(CPUs extra attempts hold of the job's tokens, of its clone grant): for validate()."""
+        tok = clo = 0.0
+        for ex in self.extra.values():
+            for e in ex:
+                assert e.state in (DISPATCHED, RUNNING), "an ended extra attempt is still listed"
+                if e.hold == HOLD_TOKEN:
+                    tok += e.spec.cpu
+                elif e.hold == HOLD_CLONE:
+                    clo += e.spec.cpu
+        return tok, clo

@@ -1,0 +1,215 @@
+"""A task's several attempts (jm/attempts.py): event in, effects out, for each attempt kind, and
+first-wins / kill-the-rest; Hypothesis: a task's result counts once whatever order its attempts
+start, finish, fail, crash and get killed in."""
+import numpy as np
+from hypothesis import given, settings, strategies as hs
+
+from apollo.cluster import Topology
+from apollo.effects import Log, Send
+from apollo.lifecycle import AttemptKind, TaskState
+from apollo.messages import Dispatch, KillTask, ProbeTask, StatusBatch, TaskReport
+from apollo.spec import JobSpec, StageSpec
+from jm.state import JmConfig, JmState
+from jm.view import ViewCache
+
+from helpers import Rng
+
+TOPO = Topology(20, 4)
+
+
+def view(wait=0.0):
+    v = ViewCache(20)
+    v.matrices[:] = wait
+    v.stamps[:] = 0.0
+    return v
+
+
+def one_task_job(tokens=4, clones=1, clone_cpu=0.0, dur=2.0, v=None, **cfg):
+    spec = JobSpec("j", [StageSpec("map", 1, np.full(1, dur))], max_retries=2)
+    j = JmState(1, spec, tokens, 0.0, JmConfig(topology=TOPO, **cfg), v or view(), clones=clones,
+                clone_cpu=clone_cpu)
+    return j, j.start(0.0, Rng())
+
+
+def sent(out):
+    return [(int(e.to.split(":")[1]), t) for e in out if isinstance(e, Send) and isinstance(e.msg, Dispatch)
+            for t in e.msg.tasks]
+
+
+def kills(out):
+    return [(int(e.to.split(":")[1]), e.msg.attempt) for e in out if isinstance(e, Send) and isinstance(e.msg, KillTask)]
+
+
+def records(out):
+    """(attempt, kind, outcome) of the attempt records logged."""
+    return [(e.data[3], e.data[14], e.data[10]) for e in out if isinstance(e, Log) and e.kind == "attempt"]
+
+
+def status(server, attempt, state, t0=0.0, t1=0.0, detail="", progress=-1.0, task=0):
+    return StatusBatch(1, server, [TaskReport(1, task, attempt, int(state), t0, t1, 0, detail, progress)],
+                       np.zeros(12, np.float32), t1)
+
+
+def queued_long(j, first_server, first_attempt, now):
+    """The first attempt reported queued, then no start heard until ``now``."""
+    j.handle(status(first_server, first_attempt, TaskState.DISPATCHED), 0.5, Rng())
+    return j.on_view(now, Rng())
+
+
+def test_a_duplicate_that_starts_first_wins_and_the_first_is_killed():
+    j, out = one_task_job()
+    (srv, first), = sent(out)
+    out = queued_long(j, srv, first.attempt, 5.0)        # well past twice the expected wait + 1 s
+    (dsrv, dup), = sent(out)
+    assert dsrv != srv and dup.kind == AttemptKind.DUPLICATE and dup.attempt != first.attempt
+    assert not kills(out)
+    j.validate()
+    out = j.handle(status(dsrv, dup.attempt, TaskState.RUNNING, t0=5.1), 5.1, Rng())
+    assert kills(out) == [(srv, first.attempt)]
+    assert records(out) == [(first.attempt, 0, "lost")]
+    assert j.attempt[0] == dup.attempt and j.server[0] == dsrv and j.state[0] == TaskState.RUNNING
+    j.validate()
+    out = j.handle(status(dsrv, dup.attempt, TaskState.DONE, t0=5.1, t1=7.0), 7.0, Rng())
+    assert records(out)[0] == (dup.attempt, AttemptKind.DUPLICATE, "done") and j.finished and j.done == 1
+
+
+def test_a_duplicate_is_discarded_when_the_first_starts():
+    j, out = one_task_job()
+    (srv, first), = sent(out)
+    (dsrv, dup), = sent(queued_long(j, srv, first.attempt, 5.0))
+    out = j.handle(status(srv, first.attempt, TaskState.RUNNING, t0=5.2), 5.2, Rng())
+    assert kills(out) == [(dsrv, dup.attempt)]
+    assert records(out) == [(dup.attempt, AttemptKind.DUPLICATE, "lost")]
+    assert not j.extra and j.state[0] == TaskState.RUNNING
+    j.validate()
+    # the PN's word that it killed the duplicate is news of nothing
+    assert not j.handle(status(dsrv, dup.attempt, TaskState.KILLED, t1=5.3), 5.3, Rng())
+    j.validate()
+
+
+def test_a_planned_start_far_above_the_decision_triggers_a_duplicate_at_once():
+    j, out = one_task_job()
+    (srv, first), = sent(out)
+    # The PN says it plans to start it at t = 30: far above the 0 s the decision expected.
+    out = j.handle(status(srv, first.attempt, TaskState.DISPATCHED, t1=30.0), 1.0, Rng())
+    (dsrv, dup), = sent(out)
+    assert dup.kind == AttemptKind.DUPLICATE
+    assert ("dup_trigger", "wait_above_decision") in [(e.kind, e.data[2]) for e in out if isinstance(e, Log)]
+
+
+def test_no_duplicate_where_no_server_is_significantly_better():
+    v = view(wait=20.0)
+    j, out = one_task_job(v=v)
+    (srv, first), = sent(out)
+    out = j.handle(status(srv, first.attempt, TaskState.DISPATCHED, t1=25.0), 1.0, Rng())
+    assert not sent(out)        # everywhere else waits about as long
+
+
+def test_greedy_makes_no_duplicates():
+    j, out = one_task_job(policy="greedy")
+    (srv, first), = sent(out)
+    assert not sent(queued_long(j, srv, first.attempt, 50.0))
+
+
+def straggling(j, srv, first, now, progress):
+    """Run the first attempt until ``now`` and answer the straggler probe with ``progress``."""
+    j.handle(status(srv, first.attempt, TaskState.RUNNING, t0=0.0), 0.1, Rng())
+    out = j.on_view(now, Rng())
+    probes = [e for e in out if isinstance(e, Send) and isinstance(e.msg, ProbeTask)]
+    assert [(int(p.to.split(":")[1]), p.msg.attempt) for p in probes] == [(srv, first.attempt)]
+    return j.handle(status(srv, first.attempt, TaskState.RUNNING, t0=0.0, detail="probed", progress=progress),
+                    now, Rng())
+
+
+def test_a_straggler_gets_a_copy_and_the_copy_that_finishes_first_wins():
+    j, out = one_task_job()
+    (srv, first), = sent(out)
+    used = j.used_tokens
+    out = straggling(j, srv, first, 8.0, progress=0.1)   # 8 s for 10%: 72 s left, a copy takes ~2 s
+    (csrv, copy), = sent(out)
+    assert copy.kind == AttemptKind.COPY and csrv != srv
+    assert j.used_tokens == used + 1                    # a copy holds a token of the job's
+    j.validate()
+    out = j.handle(status(csrv, copy.attempt, TaskState.DONE, t0=8.0, t1=10.5), 10.5, Rng())
+    assert kills(out) == [(srv, first.attempt)]
+    assert sorted(records(out)) == sorted([(first.attempt, 0, "lost"), (copy.attempt, AttemptKind.COPY, "done")])
+    assert j.finished and j.done == 1 and j.used_tokens == 0
+    j.validate()
+
+
+def test_no_copy_for_a_task_on_its_way():
+    j, out = one_task_job()
+    (srv, first), = sent(out)
+    out = straggling(j, srv, first, 8.0, progress=0.9)
+    assert not sent(out)
+    assert j.check_t[0] > 8.0 and np.isfinite(j.check_t[0])     # looked at again later
+
+
+def test_the_first_failing_hands_the_task_to_its_copy_not_to_a_retry():
+    j, out = one_task_job()
+    (srv, first), = sent(out)
+    (csrv, copy), = sent(straggling(j, srv, first, 8.0, progress=0.05))
+    out = j.handle(status(srv, first.attempt, TaskState.FAILED, t0=0.0, t1=9.0), 9.0, Rng())
+    assert not sent(out) and not kills(out)
+    assert j.attempt[0] == copy.attempt and j.state[0] == TaskState.DISPATCHED and not j.extra
+    j.validate()
+    out = j.handle(status(csrv, copy.attempt, TaskState.DONE, t0=8.0, t1=11.0), 11.0, Rng())
+    assert j.finished and j.done == 1
+
+
+def test_clones_go_out_with_the_first_within_the_grant_and_the_first_to_finish_wins():
+    j, out = one_task_job(clones=3, clone_cpu=2.0)
+    got = sent(out)
+    assert len(got) == 3 and len({s for s, _ in got}) == 3
+    assert [t.kind for _, t in got].count(AttemptKind.CLONE) == 2
+    assert j.clone_used == 2.0
+    j.validate()
+    s2, c2 = got[2]
+    out = j.handle(status(s2, c2.attempt, TaskState.DONE, t0=0.0, t1=2.2), 2.2, Rng())
+    assert sorted(kills(out)) == sorted([(s, t.attempt) for s, t in got[:2]])
+    assert j.finished and j.clone_used == 0.0
+    j.validate()
+
+
+def test_clones_never_exceed_the_grant():
+    spec = JobSpec("j", [StageSpec("map", 4, np.full(4, 2.0))])
+    j = JmState(1, spec, 4, 0.0, JmConfig(topology=TOPO), view(), clones=3, clone_cpu=5.0)
+    out = j.start(0.0, Rng())
+    kinds = [t.kind for _, t in sent(out)]
+    assert kinds.count(AttemptKind.FIRST) == 4 and kinds.count(AttemptKind.CLONE) == 5
+    j.validate()
+
+
+EVENTS = hs.lists(hs.tuples(hs.integers(0, 3), hs.sampled_from(["start", "done", "fail", "killed", "lost", "view"])),
+                  max_size=14)
+
+
+@settings(max_examples=150, deadline=None)
+@given(EVENTS)
+def test_a_task_result_counts_once_whatever_its_attempts_do(events):
+    """Three attempts of one task (first and two clones), then a random sequence of news about
+    any of them, including attempts already ended: the task is done at most once, one "done"
+    record at most, every invariant holds after every event."""
+    j, out = one_task_job(clones=3, clone_cpu=2.0)
+    attempts = [(s, t.attempt) for s, t in sent(out)]
+    dones = 0
+    now = 0.0
+    for who, what in events:
+        now += 1.0
+        if j.finished:
+            break
+        if who == 3:
+            if what == "view":
+                out = j.on_view(now, Rng())
+            else:
+                continue
+        else:
+            srv, att = attempts[who] if who < len(attempts) else attempts[0]
+            state = {"start": TaskState.RUNNING, "done": TaskState.DONE, "fail": TaskState.FAILED,
+                     "killed": TaskState.KILLED, "lost": TaskState.READY, "view": TaskState.RUNNING}[what]
+            out = j.handle(status(srv, att, state, t0=now - 0.5, t1=now), now, Rng())
+        attempts += [(s, t.attempt) for s, t in sent(out)]
+        dones += sum(1 for _, _, o in records(out) if o == "done")
+        j.validate()
+        assert j.done <= 1 and dones <= 1
+    assert dones == j.done
