@@ -19,6 +19,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
     from apollo.workloads.assign import assign
     from rm.queues import load_queue_file
+    from apollo.stragglers import model as straggler_model
 
     racks = args.racks or max(1, args.servers // 50)
     workload = load_workload(args.workload, seed=args.seed, cluster_servers=args.servers).first(args.jobs)
@@ -35,6 +36,8 @@ def _simulate(args: argparse.Namespace) -> int:
                     net=NetModel(latency_s=args.latency_ms / 1000, loss=args.loss),
                     fail_prob=args.fail_prob, slow_fraction=args.slow_fraction,
                     opportunistic=args.opportunistic, queues=tree, delay=_delay(args.delay),
+                    stragglers=straggler_model(args.stragglers), copies=not args.no_copies,
+                    clone_beta=args.clone_beta,
                     **({"heartbeat_s": args.heartbeat} if args.heartbeat is not None else {}))
     if args.load:
         workload.scaled_to_load(args.load, cfg.servers * cfg.cores)
@@ -408,6 +411,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--opportunistic", action="store_true",
                    help="Apollo: dispatch beyond tokens as opportunistic (preemptible) tasks")
     s.add_argument("--dup", type=float, default=0.0, help="chance a message is delivered twice")
+    s.add_argument("--stragglers", default="none", choices=["none", "dolly"],
+                   help="per-attempt slowdowns (apollo/stragglers.py): none, or Dolly's heavy tail")
+    s.add_argument("--no-copies", action="store_true", help="no straggler copies (Apollo's corrections)")
+    s.add_argument("--clone-beta", type=float, default=0.05,
+                   help="Dolly's clone budget, a fraction of the cores (0: no cloning; clones are made "
+                        "only when stragglers are expected)")
     s.add_argument("--jm-hosts", type=int, default=1, help="JM host actors the RM spreads jobs over")
     s.add_argument("--crash", action="append", metavar="T:WHO:DOWN",
                    help="crash an actor at T for DOWN s: WHO is a server number, rm, or jm:K (JM host K)")

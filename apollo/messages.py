@@ -397,12 +397,14 @@ class JobAccepted(Message):
 
 
 @message(3, job_id=NAT, spec=JOB, tokens=NAT, submitted_at=FLOAT, reply_to=STR, seq=NAT, generation=NAT,
-         done=BYTES)
+         done=BYTES, clones=NAT, clone_cpu=FLOAT)
 class StartJob(Message):
     """RM -> JM host: the capacity plane admitted the job; create its JM (or, for a JM the host
     already runs, a token grant). ``seq`` orders it with the job's TokenGrants; ``generation``
     counts the job's JM homes (> 0: a JM host died and this one adopts the job's attempts from
-    the PNs); ``done``: the tasks known finished (numpy.packbits of a bool per task; b"": none)."""
+    the PNs); ``done``: the tasks known finished (numpy.packbits of a bool per task; b"": none);
+    ``clones``: Dolly's attempts per task (1: not cloned), within ``clone_cpu`` CPUs of the
+    cluster's clone budget (rm/clones.py)."""
     job_id: int
     spec: JobSpec
     tokens: int
@@ -411,6 +413,8 @@ class StartJob(Message):
     seq: int = 0
     generation: int = 0
     done: bytes = b""
+    clones: int = 1
+    clone_cpu: float = 0.0
 
 
 @message(4, job_id=NAT, tokens=NAT, seq=NAT)

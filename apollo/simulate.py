@@ -12,6 +12,7 @@ from apollo.messages import JobAccepted, JobDone, SubmitJob
 from apollo.report import AttemptLog, Recorder, build_report
 from apollo.runtime.sim import NetModel, SimRuntime
 from apollo.spec import Workload
+from apollo.stragglers import NONE as NO_STRAGGLERS, StragglerModel
 from jm.host import JmHost
 from jm.policies import profile as find_profile
 from jm.policies.delay import DelayScheduling
@@ -19,6 +20,7 @@ from jm.state import JmConfig
 from pn.state import PnConfig, PnState
 from rm.state import RmConfig, RmState
 from rm.store import MemoryJobStore
+from rm.clones import CloneConfig
 from rm.queues import QueueTree
 from rm.state import single_queue
 
@@ -49,6 +51,14 @@ class SimConfig:
     fail_prob: float = 0.0           # chance a task attempt fails (a flaky machine, a bad input)
     slow_fraction: float = 0.0       # fraction of servers that run tasks slower (stragglers)
     slow_factor: float = 3.0
+    # Per-attempt stragglers (apollo.stragglers; Dolly's figures); the JMs' straggler copies
+    # (Apollo's corrections); Dolly's clone budget, a fraction of the cores (0: no cloning), for
+    # a straggler chance of clone_p (None: the straggler model's own p, as an operator who
+    # measured the cluster would set it).
+    stragglers: StragglerModel = NO_STRAGGLERS
+    copies: bool = True
+    clone_beta: float = 0.05
+    clone_p: float | None = None
     # (time_s, who, down_for_s): who is a server number, "pn:S", "rm" or "jm:K" (JM host K)
     crashes: list = field(default_factory=list)
     partitions: list = field(default_factory=list)  # apollo.runtime.sim.Partition
@@ -172,16 +182,19 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
     rt = SimRuntime(seed=cfg.seed, net=cfg.net, wire=cfg.wire, task_model=TaskTruth(cfg, topo), log_sink=rec,
                     check=cfg.check)
     pncfg = PnConfig(cores=cfg.cores, mem_gb=cfg.mem_gb, heartbeat_s=cfg.heartbeat_s,
-                     liveness_s=cfg.liveness_s, fresh_reports=cfg.fresh_reports)
+                     liveness_s=cfg.liveness_s, fresh_reports=cfg.fresh_reports, stragglers=cfg.stragglers,
+                     io=cfg.io)
     shapes = pncfg.grid.size
     token_name = cfg.tokens or find_profile(cfg.scheduler).tokens
     tree = cfg.queues or single_queue(token_name)
     hosts = tuple(f"jmhost:{k}" for k in range(cfg.jm_hosts))
     rmcfg = RmConfig(cfg.servers, shapes, cfg.cores, cfg.mem_gb, view_interval_s=cfg.view_interval_s,
                      dead_after_s=3 * pncfg.liveness_s, queues=tree, jm_hosts=hosts,
-                     host_report_s=cfg.host_report_s, host_dead_after_s=cfg.host_dead_after_s)
+                     host_report_s=cfg.host_report_s, host_dead_after_s=cfg.host_dead_after_s,
+                     clones=CloneConfig(beta=cfg.clone_beta,
+                                        p=cfg.stragglers.p if cfg.clone_p is None else cfg.clone_p))
     jmcfg = JmConfig(topology=topo, policy=cfg.scheduler, io=cfg.io, grid=pncfg.grid,
-                     opportunistic=cfg.opportunistic, host_report_s=cfg.host_report_s,
+                     opportunistic=cfg.opportunistic, host_report_s=cfg.host_report_s, copies=cfg.copies,
                      **({"delay_node_s": cfg.delay[0], "delay_rack_s": cfg.delay[1]} if cfg.delay else {}))
     if cfg.delay:
         jmcfg.profile = jmcfg.profile.with_filter(DelayScheduling())
@@ -252,5 +265,7 @@ def run_report(cfg: SimConfig, workload: Workload, rt: SimRuntime, rec: Recorder
                               "fresh_reports": cfg.fresh_reports,
                               "latency_s": cfg.net.latency_s, "loss": cfg.net.loss, "dup": cfg.net.dup,
                               "fail_prob": cfg.fail_prob, "slow_fraction": cfg.slow_fraction,
+                              "stragglers_p": cfg.stragglers.p, "copies": cfg.copies,
+                              "clone_beta": cfg.clone_beta,
                               "crashes": len(cfg.crashes), "jm_hosts": cfg.jm_hosts}},
         capacity_cpus=topo.total_cores, wall_s=wall_s, sim_time_s=rt.now)

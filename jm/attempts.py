@@ -12,7 +12,9 @@ What each extra attempt holds:
   than expected) holds nothing: the two are never meant to run together, and
   the one that starts first wins (the other is killed on the news);
 - a COPY of a straggler (it runs beside the first) holds one of the job's
-  tokens, so copies only ever use what the job was given;
+  tokens if one is free, else part of its opportunistic allowance (then it runs
+  at low priority, preemptible, as opportunistic tasks do): copies only ever
+  use what the job was given;
 - a CLONE (Dolly) holds part of the job's clone grant, which the RM took out
   of the cluster's clone budget when it admitted the job.
 
@@ -33,7 +35,7 @@ from .matching import UNMATCHED
 S = TaskState
 DISPATCHED, RUNNING, DONE, READY = int(S.DISPATCHED), int(S.RUNNING), int(S.DONE), int(S.READY)
 DUPLICATE, COPY, CLONE = int(AttemptKind.DUPLICATE), int(AttemptKind.COPY), int(AttemptKind.CLONE)
-HOLD_NONE, HOLD_TOKEN, HOLD_CLONE = 0, 1, 2
+HOLD_NONE, HOLD_TOKEN, HOLD_CLONE, HOLD_OPP = 0, 1, 2, 3
 EXTRA_BIT = 0x8000     # extra attempts are numbered apart from first ones (generation << 16 above)
 
 
@@ -77,13 +79,15 @@ class ExtraAttempts:
         in_bytes = float(st.in_bytes[i]) * read_scale
         est_rt = st.est_runtime + cfg.io.init_s + in_bytes / float(self._bw[where])
         ts = TaskSpec(self.job_id, t, attempt, st.index, spec.cpu, spec.mem_gb, float(spec.durations_s[i]),
-                      in_bytes, int(where), est_rt, False, spec.command, spec.env, spec.cwd, spec.timeout_s,
-                      spec.command is not None, kind)
+                      in_bytes, int(where), est_rt, hold == HOLD_OPP, spec.command, spec.env, spec.cwd,
+                      spec.timeout_s, spec.command is not None, kind)
         e = Extra(kind, ts, int(server), now, float(wait), hold, trigger)
         if hold == HOLD_TOKEN:
             self.used_tokens += spec.cpu
         elif hold == HOLD_CLONE:
             self.clone_used += spec.cpu
+        elif hold == HOLD_OPP:
+            self.outstanding_opp += spec.cpu
         self.extra.setdefault(t, []).append(e)
         self.view.record_dispatches(np.array([int(server)]), np.array([est_rt * spec.cpu / cfg.topology.cores]),
                                     np.array([spec.cpu]), now)
@@ -195,14 +199,20 @@ class ExtraAttempts:
             left = max(base - elapsed, 0.5 * elapsed)
         again = now + max(cfg.straggler_slack_s, 0.5 * min(left, base))
         cpu = st.spec.cpu
-        if t in self.extra or self.tokens - self.used_tokens < cpu - 1e-9:
+        if self.tokens - self.used_tokens >= cpu - 1e-9:
+            hold = HOLD_TOKEN
+        elif cfg.opportunistic_factor * max(self.tokens, 1) - self.outstanding_opp >= cpu - 1e-9:
+            hold = HOLD_OPP
+        else:
+            hold = HOLD_NONE
+        if t in self.extra or hold == HOLD_NONE:
             self.check_t[t] = again
             self._watch_at = min(self._watch_at, again)
             return
         s, wait, where = self._place_extra(t, now, rng, self._servers_of(t))
         copy_time = wait + base + cfg.io.io_time(float(self._in_bytes[t]), where) if s != UNMATCHED else np.inf
         if left > cfg.copy_factor * copy_time + cfg.straggler_slack_s:
-            self._send_extra(t, COPY, s, wait, where, now, out, HOLD_TOKEN, "straggler")
+            self._send_extra(t, COPY, s, wait, where, now, out, hold, "straggler")
             out.append(Log("copy", (self.job_id, t, float(left), float(copy_time))))
         else:
             self.check_t[t] = again
@@ -267,6 +277,8 @@ class ExtraAttempts:
             self.used_tokens -= e.spec.cpu
         elif e.hold == HOLD_CLONE:
             self.clone_used -= e.spec.cpu
+        elif e.hold == HOLD_OPP:
+            self.outstanding_opp -= e.spec.cpu
 
     def _end_extra(self, t: int, e: Extra, event: str, outcome: str, now: float, out: list,
                    kill: bool = True, t_end: float | None = None) -> None:
@@ -337,9 +349,10 @@ class ExtraAttempts:
                 if e.server in lost_set and (not view.alive[e.server] or view.boot_times[e.server] > e.dispatch_t):
                     self._end_extra(t, e, "fail", "failed", now, out, kill=False)
 
-    def _extra_counts(self) -> tuple[float, float]:
-        """(CPUs extra attempts hold of the job's tokens, of its clone grant): for validate()."""
-        tok = clo = 0.0
+    def _extra_counts(self) -> tuple[float, float, float]:
+        """(CPUs extra attempts hold of the job's tokens, of its clone grant, of its opportunistic
+        allowance): for validate()."""
+        tok = clo = opp = 0.0
         for ex in self.extra.values():
             for e in ex:
                 assert e.state in (DISPATCHED, RUNNING), "an ended extra attempt is still listed"
@@ -347,4 +360,6 @@ class ExtraAttempts:
                     tok += e.spec.cpu
                 elif e.hold == HOLD_CLONE:
                     clo += e.spec.cpu
-        return tok, clo
+                elif e.hold == HOLD_OPP:
+                    opp += e.spec.cpu
+        return tok, clo, opp

@@ -1049,13 +1049,14 @@ class JmState(ExtraAttempts):
     def validate(self) -> None:
         act = (self.state == S.DISPATCHED) | (self.state == S.RUNNING)
         cpu = np.array([self.stages[i].spec.cpu for i in self.stage_of]) if self.n else np.zeros(0)
-        extra_tok, extra_clone = self._extra_counts()
+        extra_tok, extra_clone, extra_opp = self._extra_counts()
         for t in self.extra:
             assert self.finished or act[t], "a task with extra attempts has no first attempt"
         assert abs(extra_clone - self.clone_used) < 1e-6, "clone accounting broken"
         assert self.clone_used <= self.clone_cpu + 1e-6, "clones beyond the job's clone grant"
         assert abs(cpu[act & ~self.opp].sum() + extra_tok - self.used_tokens) < 1e-6, "token accounting broken"
-        assert abs(cpu[act & self.opp].sum() - self.outstanding_opp) < 1e-6, "opportunistic accounting broken"
+        assert abs(cpu[act & self.opp].sum() + extra_opp - self.outstanding_opp) < 1e-6, \
+            "opportunistic accounting broken"
         if not self.finished:
             assert self._opp_active == set(np.flatnonzero(act & self.opp).tolist()), "opportunistic set out of sync"
         assert self.done == int((self.state == S.DONE).sum())

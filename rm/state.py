@@ -22,6 +22,7 @@ from apollo.messages import (CancelJob, ClusterView, Heartbeat, HostReport, JobA
                              ReclaimTokens, ReleaseJob, StartJob, SubmitJob, TokenGrant)
 from apollo.spec import JobSpec
 
+from .clones import CloneBudget, CloneConfig
 from .queues import QueueError, QueueTree
 from .sharing import JobView, SharingPolicy, Snapshot, make_sharing_policy
 from .store import StoredJob, StoredJobs
@@ -66,6 +67,7 @@ class RmConfig:
     # another host, whose JMs adopt their attempts. JM hosts report every host_report_s.
     host_dead_after_s: float = 5.0
     host_report_s: float = 1.0
+    clones: CloneConfig = field(default_factory=CloneConfig)   # Dolly's clone budget (rm/clones.py)
 
 
 @dataclass(slots=True)
@@ -91,6 +93,8 @@ class JobEntry:
     done: bytes = b""                # its finished tasks, as its JM host last reported
     demand_at: float = -1.0          # when its JM last sent a JobDemand
     tokens_at: float = -1.0          # when the last token message was sent to its JM
+    clones: int = 1                  # Dolly: attempts per task (1: not cloned) ...
+    clone_cpu: float = 0.0           # ... and the CPUs of the clone budget granted for them
 
     def view(self) -> JobView:
         s = self.spec
@@ -147,6 +151,7 @@ class RmState:
         self.by_key: dict[str, int] = {}                  # idempotency key -> job id
         self.outcomes: dict[int, JobDone] = {}            # finished jobs' answers (for retries)
         self._seq = 0                    # token message seq; (RM boots << 32) + count
+        self.clone_budget = CloneBudget(config.clones)
         self._now = 0.0                  # the time of the event being handled
 
     @property
@@ -349,7 +354,7 @@ class RmState:
         e.seq = seq = self._next_seq()
         e.offered_at = e.tokens_at = now
         e.last_tokens = msg = StartJob(e.job_id, e.spec, e.tokens, e.submitted_at, e.reply_to, seq,
-                                       e.generation, e.done)
+                                       e.generation, e.done, e.clones, e.clone_cpu)
         return Send(e.host, msg)
 
     def _resend_tokens(self, e: JobEntry, now: float) -> Send | None:
@@ -505,6 +510,8 @@ class RmState:
         self._admitted_in[leaf] = self._admitted_in.get(leaf, 0) + 1
         self._user_in[(leaf, user)] = self._user_in.get((leaf, user), 0) + 1
         self._tokens_dirty = True  # the others' shares moved; sent at the next round
+        cap = self.capacity
+        e.clones, e.clone_cpu = self.clone_budget.grant(e.spec, cap, lambda: cap - sum(self._cpu_free))
         out: list = [Log("job_admitted", (e.job_id, now, e.queue))]
         if not offer:
             return out
@@ -609,6 +616,7 @@ class RmState:
     # ---- the end of a job ----------------------------------------------------
     def _forget(self, e: JobEntry) -> None:
         del self.jobs[e.job_id]     # the store keeps the record; memory keeps only live jobs
+        self.clone_budget.release(e.clone_cpu)
         if e.admitted:
             self._granted -= e.tokens
             self._slack.discard(e.job_id)
@@ -695,6 +703,8 @@ class RmState:
             assert self._waiting_in.get(leaf, 0) == sum(e.queue == leaf and not e.admitted
                                                          for e in self.jobs.values())
         assert set(self.positions) == {e.job_id for e in self.jobs.values() if not e.admitted}
+        granted = sum(e.clone_cpu for e in self.jobs.values())
+        assert abs(self.clone_budget.used - granted) < 1e-6, "clone budget out of sync"
 
 
 def _first_demand(spec: JobSpec) -> float:

@@ -1,0 +1,53 @@
+"""Dolly's clone budget (NSDI'13, section 3): part of the capacity plane the RM holds.
+
+A job of at most ``max_tasks`` tasks is cloned when the RM admits it: each of its
+tasks is launched ``c`` times, c from Dolly's Pseudocode 1, the fewest clones for
+which the job straggles with chance at most ``risk`` when a task straggles with
+chance ``p``. Admission control: the job is cloned only if the budget (``beta``
+of the cluster's cores, counting the clones beyond each task's first attempt:
+the extra resources) allows *all* its tasks ``c - 1`` clones, and the cluster's
+utilization with them stays under ``util_max`` (Dolly's tau); otherwise it runs
+without clones. This favours small jobs by itself: a large job's clones rarely fit.
+A grant is held until the job ends (clones of a small job end with it).
+
+``p`` is what the cluster's operator knows of its stragglers (Dolly measured it
+from its traces); 0 turns cloning off.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from apollo.spec import JobSpec
+from apollo.stragglers import clones_needed
+
+
+@dataclass(slots=True)
+class CloneConfig:
+    beta: float = 0.05          # the budget: this fraction of the cluster's cores, for clones
+    max_tasks: int = 10         # only jobs this small are cloned
+    risk: float = 0.05          # Dolly's epsilon: the acceptable chance the job straggles
+    util_max: float = 0.8       # Dolly's tau: no cloning that would lift utilization above this
+    p: float = 0.0              # the chance a task attempt straggles (0: never clone)
+
+
+class CloneBudget:
+    def __init__(self, cfg: CloneConfig) -> None:
+        self.cfg = cfg
+        self.used = 0.0         # CPUs granted to the clones of running jobs
+
+    def grant(self, spec: JobSpec, capacity: float, busy) -> tuple[int, float]:
+        """(attempts per task, CPUs granted for the clones) for a job being admitted, on a cluster
+        of ``capacity`` cores with ``busy()`` of them in use; (1, 0.0): not cloned."""
+        cfg = self.cfg
+        n = spec.total_tasks
+        if cfg.p <= 0.0 or cfg.beta <= 0.0 or n > cfg.max_tasks or capacity <= 0:
+            return 1, 0.0
+        c = clones_needed(cfg.p, n, cfg.risk)
+        extra = (c - 1) * sum(s.tasks * s.cpu for s in spec.stages)
+        if c <= 1 or self.used + extra > cfg.beta * capacity + 1e-9 or busy() + extra > cfg.util_max * capacity:
+            return 1, 0.0
+        self.used += extra
+        return c, extra
+
+    def release(self, cpu: float) -> None:
+        self.used = max(0.0, self.used - cpu)
