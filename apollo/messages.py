@@ -481,12 +481,15 @@ class ClusterView(Message):
     lightly_loaded: np.ndarray
 
 
-@message(10, job_id=NAT, remaining=NAT, running=NAT)
+@message(10, job_id=NAT, remaining=NAT, running=NAT, clone_cpu=FLOAT)
 class JobDemand(Message):
-    """JM -> RM: how many tasks the job still has to finish (for token policies)."""
+    """JM -> RM: how many tasks the job still has to finish (for token policies); a cloned job's
+    ``clone_cpu``: what of its clone grant it may still use (its unfinished tasks' clones; < 0:
+    not cloned): the RM gives the rest back to the clone budget."""
     job_id: int
     remaining: int
     running: int
+    clone_cpu: float = -1.0
 
 
 @message(11, job_id=NAT, ok=BOOL, reason=STR, finished_at=FLOAT, tasks_done=NAT)

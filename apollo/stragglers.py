@@ -46,6 +46,16 @@ class StragglerModel:
             return 1.0 + self.spread * rng.random()
         return min(self.cap, self.tail_min * (1.0 - rng.random()) ** (-1.0 / self.alpha))
 
+    def mean(self) -> float:
+        """The mean slowdown: how much more work the model makes of a workload (so a workload meant
+        to load a cluster to U is scaled to U / mean())."""
+        if self.p <= 0.0:
+            return 1.0
+        a, m, c = self.alpha, self.tail_min, self.cap
+        # E[min(X, cap)] of a Pareto(m, a): m + integral from m to cap of (m / x)^a dx
+        tail = m + (m ** a) * (c ** (1 - a) - m ** (1 - a)) / (1 - a) if a != 1 else m + m * math.log(c / m)
+        return (1.0 - self.p) * (1.0 + self.spread / 2) + self.p * tail
+
     def clones_for(self, tasks: int, risk: float) -> int:
         """Dolly's Pseudocode 1: clones per task so that a job of ``tasks`` tasks straggles with
         chance at most ``risk``: c = ceil(log(1 - (1 - risk)^(1/n)) / log p); 1 when the model

@@ -56,3 +56,14 @@ def save_plot(fig, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"plot: {path}")
+
+
+def shared_trace(name: str) -> str:
+    """The path of a shared trace: $APOLLO_TRACES/NAME, else ../shared/traces/NAME beside the
+    checkout; a clear error if neither has it."""
+    import os
+    here = Path(__file__).resolve().parents[1]
+    for d in (os.environ.get("APOLLO_TRACES"), here.parent / "shared" / "traces", Path("../shared/traces")):
+        if d and (Path(d) / name).is_file():
+            return str(Path(d) / name)
+    raise SystemExit(f"trace {name} not found: give --trace PATH, or set APOLLO_TRACES to its directory")

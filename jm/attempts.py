@@ -236,6 +236,13 @@ class ExtraAttempts:
         for s, specs in by_server.items():
             out.append(Send(f"pn:{s}", Dispatch(self.job_id, specs, self.cfg.host)))
 
+    def _clones_needed(self) -> float:
+        """CPUs of the clone grant this job may still use: its unfinished tasks' clones."""
+        left = 0.0
+        for st in self.stages:
+            left += st.remaining * st.spec.cpu
+        return min(self.clone_cpu, (self.clones - 1) * left)
+
     # ---- news of an extra attempt --------------------------------------------------
     def _find_extra(self, t: int, attempt: int) -> Extra | None:
         for e in self.extra.get(t, ()):

@@ -446,7 +446,8 @@ class JmState(ExtraAttempts):
     def wants_view(self, now: float) -> bool:
         """Whether a new cluster view gives this JM anything to do (it has tasks waiting to be
         placed, a demand the RM has not heard, or queued tasks that may be overdue)."""
-        return self._has_ready() or self._report() != self._last_report or now >= self._watch_at
+        return self._has_ready() or self._report() != self._last_report or now >= self._watch_at or \
+            (self.clone_cpu > 0 and self._clones_needed() < self.clone_cpu)
 
     def _deadlines(self, ids):
         """When a task reported queued has waited "significantly" long (Apollo's third duplicate
@@ -510,9 +511,12 @@ class JmState(ExtraAttempts):
             self._check_active(now, rng, out)
         self._schedule(now, rng, out)
         report = self._report()
-        if report != self._last_report:
+        clone_left = self._clones_needed() if self.clone_cpu > 0 else -1.0
+        if report != self._last_report or clone_left < self.clone_cpu:
             self._last_report = report
-            out.append(Send(self.cfg.rm, JobDemand(self.job_id, *report)))
+            if clone_left >= 0:
+                self.clone_cpu = clone_left        # what the RM is told it may take back
+            out.append(Send(self.cfg.rm, JobDemand(self.job_id, *report, clone_left)))
         return out
 
     def _report(self) -> tuple[int, int]:

@@ -192,6 +192,9 @@ class RmState:
             if e is not None and e.state == "running":
                 e.demand_at = now
                 self._note_demand(e, event.remaining, event.running)
+                if 0.0 <= event.clone_cpu < e.clone_cpu:      # its finished tasks' clones are over
+                    self.clone_budget.release(e.clone_cpu - event.clone_cpu)
+                    e.clone_cpu = event.clone_cpu
             return []
         if t is HostReport:
             return self._on_host_report(event, now)

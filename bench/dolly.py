@@ -1,0 +1,153 @@
+"""Dolly: small jobs' completion under stragglers, with no mitigation, straggler copies, and cloning.
+
+The Dolly paper (Ananthanarayanan et al., NSDI'13) replays the Facebook trace on 150 machines
+with stragglers as measured in production (the slowest task of a small job's phase runs a median
+6-8x slower than its median task) and compares cloning at a 5% budget with LATE/Mantri-style
+speculation: small jobs (bin 1, <= 10 tasks) finish 34-46% sooner, and slowest/median falls
+from 8x to 1.06x. Here: FB-2009 day 0 (the SWIM sample of the same trace) at ``--load`` on
+``--servers`` servers, each attempt slowed down by Dolly's straggler model
+(apollo/stragglers.py), under the apollo scheduler in three modes:
+
+- none: no straggler mitigation at all (no copies, no clones);
+- copies: the JMs' straggler copies (progress-based, LATE-like: a running task past twice its
+  stage's median time is asked its progress; a copy starts where it would finish well sooner);
+- dolly: cloning of jobs of <= 10 tasks within a clone budget of ``--beta`` of the cores (copies
+  stay on for the jobs that are not cloned).
+
+Figures are pooled over ``--seeds`` seeds (each seed draws its own stragglers and placements).
+slowest_over_median: per phase of a small job with at least two tasks, the slowest task's time
+(first start of any of its attempts to the end of the one that won) over the median task's,
+averaged over phases. extra_resources: CPU-seconds of attempts that lost their race (clones,
+copies, duplicates and first attempts killed because another won) over the cluster's
+CPU-seconds across the run: the same unit as the budget. extra_over_work: the same CPU-seconds
+over those of the attempts that won.
+
+JSON: {"beta", "small_job_mean_s": {"none", "copies", "dolly"}, "slowest_over_median": {...},
+"extra_resources", "extra_over_work": {...}, "speedup_over_copies", "setup"}.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+from apollo.report import A_CPU, A_END, A_JOB, A_OUTCOME, A_STAGE, A_START, A_TASK, SMALL_JOB_TASKS
+from apollo.simulate import SimConfig
+from apollo.stragglers import DOLLY
+from apollo.workloads import load_workload
+
+from .common import axes, run, save_plot, shared_trace, write_json
+
+TRACE = "FB-2009_samples_24_times_1hr_0.tsv"
+MODES = {"none": {"copies": False, "clone_beta": 0.0},
+         "copies": {"copies": True, "clone_beta": 0.0},
+         "dolly": {"copies": True, "clone_beta": None}}      # None: --beta
+
+
+def measure(rec, cores_total: float) -> dict:
+    """Small jobs' completion times, slowest/median per phase, and the CPU-seconds lost to races."""
+    small = {d[0]: d[3] - d[2] for d in rec.done if d[1] and d[4] <= SMALL_JOB_TASKS}
+    first_start: dict = {}
+    won_end: dict = {}
+    lost = won = 0.0
+    t0 = min(s[1] for s in rec.submitted)
+    t1 = max(d[3] for d in rec.done)
+    for r in rec.attempts:
+        key = (r[A_JOB], r[A_STAGE], r[A_TASK])
+        ran = max(0.0, r[A_END] - r[A_START]) * r[A_CPU] if r[A_START] >= 0 else 0.0
+        if r[A_OUTCOME] == "done":
+            won += ran
+            won_end.setdefault(key, r[A_END])
+        elif r[A_OUTCOME] == "lost":
+            lost += ran
+        if r[A_START] >= 0 and r[A_JOB] in small:
+            first_start[key] = min(first_start.get(key, np.inf), r[A_START])
+    phases = defaultdict(list)
+    for key, end in won_end.items():
+        if key[0] in small and key in first_start:
+            phases[key[:2]].append(end - first_start[key])
+    ratios = [max(v) / max(float(np.median(v)), 1e-9) for v in phases.values() if len(v) >= 2]
+    return {"small": list(small.values()), "ratios": ratios, "lost_cpu_s": lost, "won_cpu_s": won,
+            "cluster_cpu_s": cores_total * max(t1 - t0, 1e-9)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="apollo bench dolly", description=__doc__.split("\n\n")[0])
+    p.add_argument("--trace", default=None, help=f"a SWIM trace (default: ../shared/traces/{TRACE})")
+    p.add_argument("--servers", type=int, default=400)
+    p.add_argument("--racks", type=int, default=8)
+    p.add_argument("--load", type=float, default=0.5)
+    p.add_argument("--jobs", type=int, default=1500, help="the trace's first K jobs")
+    p.add_argument("--beta", type=float, default=0.05, help="the clone budget, a fraction of the cores")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--json")
+    p.add_argument("--plot", metavar="PNG")
+    a = p.parse_args(argv)
+    trace = a.trace or shared_trace(TRACE)
+    pooled = {m: {"small": [], "ratios": [], "lost_cpu_s": 0.0, "won_cpu_s": 0.0, "cluster_cpu_s": 0.0}
+              for m in MODES}
+    for seed in range(1, a.seeds + 1):
+        for mode, opts in MODES.items():
+            wl = load_workload(trace, seed=seed, cluster_servers=a.servers).first(a.jobs)
+            cores = 4.0
+            # --load is the load the stragglers make: the trace's nominal work is scaled down by the
+            # model's mean slowdown (about 2.9x)
+            wl.scaled_to_load(a.load / DOLLY.mean(), a.servers * cores)
+            beta = a.beta if opts["clone_beta"] is None else opts["clone_beta"]
+            cfg = SimConfig(servers=a.servers, racks=a.racks, cores=cores, seed=seed, wire=False,
+                            stragglers=DOLLY, copies=opts["copies"], clone_beta=beta)
+            rec, _, client = run(cfg, wl)
+            if client.finished != len(wl.jobs):
+                raise RuntimeError(f"{mode}, seed {seed}: {client.finished}/{len(wl.jobs)} jobs ended")
+            m = measure(rec, a.servers * cores)
+            acc = pooled[mode]
+            acc["small"] += m["small"]
+            acc["ratios"] += m["ratios"]
+            for k in ("lost_cpu_s", "won_cpu_s", "cluster_cpu_s"):
+                acc[k] += m[k]
+            print(f"seed {seed} {mode:>6}: small-job mean {np.mean(m['small']):.2f}s over {len(m['small'])} jobs, "
+                  f"slowest/median {np.mean(m['ratios']):.2f}, lost {m['lost_cpu_s'] / m['cluster_cpu_s']:.2%} "
+                  f"of the cluster", flush=True)
+    mean = {m: float(np.mean(v["small"])) for m, v in pooled.items()}
+    ratio = {m: float(np.mean(v["ratios"])) for m, v in pooled.items()}
+    extra = {m: v["lost_cpu_s"] / v["cluster_cpu_s"] for m, v in pooled.items()}
+    over_work = {m: v["lost_cpu_s"] / max(v["won_cpu_s"], 1e-9) for m, v in pooled.items()}
+    out = {"beta": a.beta, "small_job_mean_s": mean, "slowest_over_median": ratio,
+           "extra_resources": extra["dolly"], "extra_resources_by_mode": extra, "extra_over_work": over_work,
+           "speedup_over_copies": 1.0 - mean["dolly"] / mean["copies"],
+           "speedup_over_none": 1.0 - mean["dolly"] / mean["none"],
+           "paper": {"speedup_over_speculation": [0.34, 0.46], "slowest_over_median": {"before": 8.0, "dolly": 1.06},
+                     "extra_resources": 0.05},
+           "setup": {"trace": str(trace), "servers": a.servers, "racks": a.racks, "load": a.load, "jobs": a.jobs,
+                     "seeds": a.seeds, "stragglers": "dolly (apollo/stragglers.py)", "scheduler": "apollo"}}
+    print(f"small jobs (<= {SMALL_JOB_TASKS} tasks), mean completion: none {mean['none']:.2f}s, "
+          f"copies {mean['copies']:.2f}s, dolly {mean['dolly']:.2f}s "
+          f"({out['speedup_over_copies']:.0%} faster than copies); slowest/median "
+          f"{ratio['none']:.2f} -> {ratio['copies']:.2f} -> {ratio['dolly']:.2f}; "
+          f"extra resources {extra['dolly']:.2%} of the cluster (budget {a.beta:.0%})")
+    write_json(out, a.json)
+    if a.plot:
+        plot(out, a.plot)
+    return 0
+
+
+def plot(r: dict, png: str) -> None:
+    fig, (ax, bx) = axes((10, 4), ncols=2)
+    modes = list(MODES)
+    x = np.arange(len(modes))
+    ax.bar(x, [r["small_job_mean_s"][m] for m in modes], color=["#999", "#69c", "#2a7"])
+    ax.set_xticks(x, ["no mitigation", "straggler copies", f"Dolly (beta {r['beta']:.0%})"])
+    ax.set_ylabel("mean completion, jobs of <= 10 tasks (s)")
+    ax.set_title("Small jobs under Dolly's stragglers (FB-2009)")
+    bx.bar(x, [r["slowest_over_median"][m] for m in modes], color=["#999", "#69c", "#2a7"])
+    bx.set_xticks(x, ["none", "copies", "Dolly"])
+    bx.set_ylabel("slowest / median task of a phase")
+    bx.axhline(1.0, color="k", lw=0.5)
+    bx.set_title("Stragglers left")
+    save_plot(fig, png)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
