@@ -161,15 +161,21 @@ class ExtraAttempts:
 
     # ---- straggler copies ----------------------------------------------------------
     def _straggler_baseline(self, st) -> float:
-        """What a task of ``st`` normally takes (compute): the median of its finished tasks and
-        its declared estimate (a median: the stragglers being looked for must not set it)."""
+        """What a task of ``st`` normally takes (compute), judged by its peers as Apollo, LATE
+        and Mantri judge stragglers: the median of its finished tasks (a median: the stragglers
+        looked for must not set it), or before any finished, the stage's declared mean. A stage
+        of one task has no peers and no baseline (inf): its declared "mean" would be that very
+        task's own time, which no real scheduler knows before it runs."""
+        if st.n < 2:
+            return np.inf
         obs = st.recent
         if not obs:
             return st.declared
         return float(np.median(obs + [st.declared]))
 
     def _next_check(self, ids, now: float, wait, est_rt):
-        """When a running first attempt is first looked at as a possible straggler."""
+        """When a running first attempt is first looked at as a possible straggler (inf: never,
+        a task without peers)."""
         cfg = self.cfg
         return now + wait + cfg.straggler_after * est_rt + cfg.straggler_slack_s
 
@@ -191,6 +197,8 @@ class ExtraAttempts:
         elapsed = max(now - started, 1e-6)
         p = r.progress
         base = self._straggler_baseline(st)
+        if base == np.inf:
+            return
         if p > 0.0:
             left = elapsed * (1.0 - p) / p
         elif p == 0.0:

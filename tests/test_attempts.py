@@ -105,10 +105,32 @@ def test_no_duplicate_where_no_server_is_significantly_better():
     assert not sent(out)        # everywhere else waits about as long
 
 
+def test_a_task_without_peers_is_never_judged_a_straggler():
+    j, out = one_task_job()
+    (srv, first), = sent(out)
+    j.handle(status(srv, first.attempt, TaskState.RUNNING, t0=0.0), 0.1, Rng())
+    assert np.isinf(j.check_t[0])
+    # (the silence watchdog may still ask where it is; no copy comes of the answer)
+    out = j.handle(status(srv, first.attempt, TaskState.RUNNING, t0=0.0, detail="probed", progress=0.01), 500.0,
+                   Rng())
+    assert not sent(out) and not j.extra
+
+
 def test_greedy_makes_no_duplicates():
     j, out = one_task_job(policy="greedy")
     (srv, first), = sent(out)
     assert not sent(queued_long(j, srv, first.attempt, 50.0))
+
+
+def peers_job():
+    """A stage of two 2 s tasks: task 1 ends on time (its peer's baseline), task 0 runs on."""
+    spec = JobSpec("j", [StageSpec("map", 2, np.full(2, 2.0))], max_retries=2)
+    j = JmState(1, spec, 4, 0.0, JmConfig(topology=TOPO), view())
+    got = dict((t.task, (s, t)) for s, t in sent(j.start(0.0, Rng())))
+    s1, t1 = got[1]
+    j.handle(status(s1, t1.attempt, TaskState.DONE, t0=0.0, t1=2.1, task=1), 2.1, Rng())
+    srv, first = got[0]
+    return j, srv, first
 
 
 def straggling(j, srv, first, now, progress):
@@ -122,8 +144,7 @@ def straggling(j, srv, first, now, progress):
 
 
 def test_a_straggler_gets_a_copy_and_the_copy_that_finishes_first_wins():
-    j, out = one_task_job()
-    (srv, first), = sent(out)
+    j, srv, first = peers_job()
     used = j.used_tokens
     out = straggling(j, srv, first, 8.0, progress=0.1)   # 8 s for 10%: 72 s left, a copy takes ~2 s
     (csrv, copy), = sent(out)
@@ -133,28 +154,26 @@ def test_a_straggler_gets_a_copy_and_the_copy_that_finishes_first_wins():
     out = j.handle(status(csrv, copy.attempt, TaskState.DONE, t0=8.0, t1=10.5), 10.5, Rng())
     assert kills(out) == [(srv, first.attempt)]
     assert sorted(records(out)) == sorted([(first.attempt, 0, "lost"), (copy.attempt, AttemptKind.COPY, "done")])
-    assert j.finished and j.done == 1 and j.used_tokens == 0
+    assert j.finished and j.done == 2 and j.used_tokens == 0
     j.validate()
 
 
 def test_no_copy_for_a_task_on_its_way():
-    j, out = one_task_job()
-    (srv, first), = sent(out)
+    j, srv, first = peers_job()
     out = straggling(j, srv, first, 8.0, progress=0.9)
     assert not sent(out)
     assert j.check_t[0] > 8.0 and np.isfinite(j.check_t[0])     # looked at again later
 
 
 def test_the_first_failing_hands_the_task_to_its_copy_not_to_a_retry():
-    j, out = one_task_job()
-    (srv, first), = sent(out)
+    j, srv, first = peers_job()
     (csrv, copy), = sent(straggling(j, srv, first, 8.0, progress=0.05))
     out = j.handle(status(srv, first.attempt, TaskState.FAILED, t0=0.0, t1=9.0), 9.0, Rng())
     assert not sent(out) and not kills(out)
     assert j.attempt[0] == copy.attempt and j.state[0] == TaskState.DISPATCHED and not j.extra
     j.validate()
     out = j.handle(status(csrv, copy.attempt, TaskState.DONE, t0=8.0, t1=11.0), 11.0, Rng())
-    assert j.finished and j.done == 1
+    assert j.finished and j.done == 2
 
 
 def test_clones_go_out_with_the_first_within_the_grant_and_the_first_to_finish_wins():
