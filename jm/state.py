@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from apollo.cluster import REMOTE, IoModel, Topology
+from apollo.cluster import REMOTE, IoModel, Topology, locality_of
 from apollo.effects import Log, Send, SetTimer, Timer
 from apollo.lifecycle import AttemptKind, TaskState, step
 from apollo.messages import (CancelJob, Dispatch, Holding, JobDemand, JobDone, KillTask, ProbeJob, StatusBatch,
@@ -29,6 +29,7 @@ from .attempts import ExtraAttempts
 from .matching import UNMATCHED
 from .policies import Profile, profile as find_profile
 from .policies.batch import Batch
+from .policies.opportunistic import random_idle
 from .policies.pipeline import place, place_one
 
 S = TaskState
@@ -36,7 +37,6 @@ S = TaskState
 PENDING, READY, DISPATCHED, RUNNING, DONE, FAILED, KILLED = (
     int(S.PENDING), int(S.READY), int(S.DISPATCHED), int(S.RUNNING), int(S.DONE), int(S.FAILED), int(S.KILLED))
 DUPLICATE = int(AttemptKind.DUPLICATE)
-OPPORTUNISTIC_MAX_WAIT_S = 0.5   # opportunistic tasks only go where they should start about now
 
 
 @dataclass(slots=True)
@@ -746,7 +746,9 @@ class JmState(ExtraAttempts):
             else cfg.max_batch
         for _ in range(cfg.max_batches_per_pass):
             reg_room = self.tokens * depth - self.used_tokens
-            opp_room = (cfg.opportunistic_factor * max(self.tokens, 1) - self.outstanding_opp) if allow_opp else 0.0
+            # (opportunistic tasks only go to idle servers: with none, no batch is matched for them)
+            opp_room = (cfg.opportunistic_factor * max(self.tokens, 1) - self.outstanding_opp) \
+                if allow_opp and self.view.has_idle(now) else 0.0
             room = int(max(reg_room, 0) + max(opp_room, 0))
             if room <= 0:
                 break
@@ -933,17 +935,32 @@ class JmState(ExtraAttempts):
                     break
                 n_reg += 1
             acc, n_opp, lim = 0.0, 0, opp_room + 1e-9
-            for x, w in zip(cpu_l[n_reg:], wait[n_reg:].tolist()):
+            for x in cpu_l[n_reg:]:
                 acc += x
-                if acc > lim or w > OPPORTUNISTIC_MAX_WAIT_S:
+                if acc > lim:
                     break
                 n_opp += 1
         else:
             reg = cpu.cumsum() <= reg_room + 1e-9
             n_reg = int(reg.argmin()) if not reg.all() else m
             rest_cpu = cpu[n_reg:].cumsum()
-            opp_ok = (rest_cpu <= opp_room + 1e-9) & (wait[n_reg:] <= OPPORTUNISTIC_MAX_WAIT_S)
+            opp_ok = rest_cpu <= opp_room + 1e-9
             n_opp = int(opp_ok.argmin()) if not opp_ok.all() else len(opp_ok)
+        if n_opp:
+            # Opportunistic tasks go to idle servers drawn at random (jm/policies/opportunistic.py),
+            # not where the matching put them
+            picks = random_idle(self.view, cpu[n_reg:n_reg + n_opp], now, rng)
+            n_opp = len(picks)
+            if n_opp:
+                srv, wait, where = srv.copy(), wait.copy(), where.copy()
+                rack_of = cfg.topology.rack_of
+                for k, s in enumerate(picks.tolist()):
+                    t = int(ids[n_reg + k])
+                    st = stages[self.stage_of.item(t)]
+                    srv[n_reg + k] = s
+                    wait[n_reg + k] = 0.0
+                    where[n_reg + k] = locality_of(s, st.reps[t - st.offset] if st.reps is not None else None,
+                                                   rack_of)
         n = n_reg + n_opp
         if n == 0:
             return 0
