@@ -31,7 +31,9 @@ def run_one(servers: int, seconds: float, seed: int = 1, queues: str | None = No
     tree = load_queue_file(queues) if queues else None
     if tree is not None:
         assign(workload, [q.path for q in tree.leaves()], assign_rule, seed=seed)
-    cfg = SimConfig(servers=servers, racks=max(1, servers // SERVERS_PER_RACK), seed=seed, wire=False, queues=tree)
+    # (Apollo as it runs: corrections, straggler copies and opportunistic tasks on)
+    cfg = SimConfig(servers=servers, racks=max(1, servers // SERVERS_PER_RACK), seed=seed, wire=False, queues=tree,
+                    opportunistic=True)
     t0 = time.perf_counter()
     report = run_simulation(workload, cfg)
     total_wall = time.perf_counter() - t0

@@ -135,7 +135,7 @@ class PnState:
         self._revise_at = float("inf")          # a running task outlives its planned end then
         self._queued_due = float("inf")         # when the armed "queued" report timer fires
         self.ended: list[TaskReport] = []                 # the latest attempts' ends, oldest first
-        self._dispatches: list[TaskSpec] = []             # the latest Dispatches' first attempts
+        self._dispatches: list[int] = []                  # the latest Dispatches' first attempts, as keys
         # Where a job's reports go: the first JM host this PN heard of, unless jm_at names another
         # (job -> (JM generation, host)); an entry only for jobs elsewhere keeps a PN of a
         # one-host cluster from keeping one per job it ever ran.
@@ -178,10 +178,12 @@ class PnState:
         # found among the last few Dispatches by its first attempt, one check per message.
         first = msg.tasks[0]
         seen = self._dispatches
-        for f in seen:      # (the TaskSpecs themselves: no key tuple kept per Dispatch)
-            if f.attempt == first.attempt and f.task == first.task and f.job_id == first.job_id:
-                return out
-        seen.append(first)
+        # one int per Dispatch, exact (job, task and attempt in disjoint bits), searched in C; the
+        # TaskSpecs themselves would keep ended attempts alive, 20,000 PNs times over
+        key = (first.job_id << 64) | (first.task << 32) | first.attempt
+        if key in seen:
+            return out
+        seen.append(key)
         if len(seen) > 2 * DISPATCHES_KEPT:
             del seen[:DISPATCHES_KEPT]
         if msg.reply_to and msg.reply_to != self._jm_default or msg.job_id in self.jm_at:
