@@ -18,6 +18,16 @@ What each extra attempt holds:
 - a CLONE (Dolly) holds part of the job's clone grant, which the RM took out
   of the cluster's clone budget when it admitted the job.
 
+Delay assignment (Dolly, section 4): the clones of a task whose stage feeds
+another are not killed when the first of them wins: each that finishes is one
+more copy of the task's output. The downstream tasks' first attempts start at
+once (each reads the first copy); their clones wait up to omega for a copy of
+every upstream output of their own (exclusive), then start anyway and read a
+copy shared with the clones before them (contended: that much slower). Omega is
+what contention would add to the read (a read shared by two at half the
+bandwidth takes one exclusive read longer), so waiting never costs more than
+it saves; the upstream clones still running then are killed.
+
 When the first attempt ends without success while an extra one lives, the
 extra one becomes the first (it takes over the first's token or
 opportunistic allowance) instead of the task being placed again.
@@ -26,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from apollo.effects import Log, Send
+from apollo.effects import Log, Send, SetTimer
 from apollo.lifecycle import AttemptKind, TaskState, step
 from apollo.messages import Dispatch, KillTask, ProbeTask, TaskSpec
 
@@ -229,17 +239,95 @@ class ExtraAttempts:
     # ---- Dolly's clones ---------------------------------------------------------------
     def _send_clones(self, ids: list, now: float, rng, out: list) -> None:
         """Clones of tasks just dispatched (a cloned job): ``clones - 1`` more of each, on
-        servers other than the task's, while the job's clone grant lasts."""
+        servers other than the task's, while the job's clone grant lasts; those of a stage that
+        reads other stages' outputs wait for copies of them (delay assignment)."""
+        now_ids = []
+        for t in ids:
+            st = self.stages[self.stage_of.item(t)]
+            if st.parents and self.cfg.delay_assignment:
+                if not self._clone_wait:
+                    out.append(SetTimer(self._omega(st), "clones"))
+                self._clone_wait.append(t)
+            else:
+                now_ids.append(t)
+        if now_ids:
+            self._dispatch_clones(now_ids, now, rng, out, {})
+
+    def _omega(self, st) -> float:
+        """How long a downstream clone waits for an exclusive copy (Dolly's omega): long enough
+        for the normal variation among upstream clones (the median gap seen between a task's
+        first and second finished clone; before any, a tenth of the upstream tasks' time), and
+        never longer than sharing a copy would add to its read (at half the bandwidth: one more
+        exclusive read), so that waiting cannot cost more than it saves."""
+        gaps = self._copy_gaps
+        spread = float(np.median(gaps)) if gaps else \
+            0.1 * max(self.stages[p].est_runtime for p in st.parents)
+        return min(st.mean_in / float(self._bw[0]), spread)
+
+    def _copies_for(self, st) -> int:
+        """Copies of every output ``st`` reads: the fewest finished attempts among its parents'
+        tasks (it reads all of them)."""
+        got = None
+        for p in st.parents:
+            ps = self.stages[p]
+            for t in range(ps.offset, ps.offset + ps.n):
+                c = self._copies.get(t, 1)
+                got = c if got is None else min(got, c)
+        return got or 1
+
+    def _release_clones(self, now: float, rng, out: list, final: bool) -> None:
+        """Send the waiting downstream clones that have an exclusive copy to read (``final``: omega
+        is up, all of them, the later ones reading shared copies; then the upstream clones still
+        running are killed)."""
+        if not self._clone_wait:
+            return
+        waiting, exclusive, shared = [], {}, []
+        scale: dict[int, float] = {}
+        for t in self._clone_wait:
+            if self.state.item(t) == DONE or self.finished:
+                continue
+            st = self.stages[self.stage_of.item(t)]
+            copies = min(self._copies_for(st), self.clones)
+            exclusive[t] = copies           # clones 1 .. copies - 1 have a copy each
+            if copies < self.clones:
+                if final:                   # the rest share: ceil(c / copies) readers a copy
+                    shared.append(t)
+                    scale[t] = float(-(-self.clones // copies))
+                else:
+                    waiting.append(t)
+        self._clone_wait = waiting
+        if exclusive:
+            self._dispatch_clones(list(exclusive), now, rng, out, {}, upto=exclusive)
+        if shared:
+            self._dispatch_clones(shared, now, rng, out, scale)
+        if final or not waiting:
+            # upstream clones whose readers have all started: their copies are not needed
+            for t in list(self.extra):
+                if self.state.item(t) == DONE and all(self.stages[c].released for c in
+                                                      self.stages[self.stage_of.item(t)].children):
+                    self._kill_extras(t, now, out)
+
+    def _dispatch_clones(self, ids: list, now: float, rng, out: list, scale: dict,
+                         upto: dict | None = None) -> None:
+        """Clones of ``ids`` (the k-th of each while k < ``upto[t]``, default all of them), read
+        slower by ``scale[t]`` (readers per copy)."""
         by_server: dict[int, list] = {}
+        sent = self._clones_sent
         for k in range(1, self.clones):
             for t in ids:
+                if sent.get(t, 1) > k or (upto is not None and k >= upto[t]):
+                    continue
                 cpu = self.stages[self.stage_of.item(t)].spec.cpu
                 if self.clone_used + cpu > self.clone_cpu + 1e-9:
                     break
                 s, wait, where = self._place_extra(t, now, rng, self._servers_of(t))
                 if s == UNMATCHED:
                     continue
-                e = self._send_extra(t, CLONE, s, wait, where, now, out, HOLD_CLONE, "clone", dispatch=False)
+                # the first clone reads the first copy; the others share copies when there are
+                # fewer copies than clones (scale: readers per copy)
+                e = self._send_extra(t, CLONE, s, wait, where, now, out, HOLD_CLONE, "clone",
+                                     read_scale=scale.get(t, 1.0), dispatch=False)
+                sent[t] = k + 1
                 by_server.setdefault(s, []).append(e.spec)
         for s, specs in by_server.items():
             out.append(Send(f"pn:{s}", Dispatch(self.job_id, specs, self.cfg.host)))
@@ -249,7 +337,7 @@ class ExtraAttempts:
         left = 0.0
         for st in self.stages:
             left += st.remaining * st.spec.cpu
-        return min(self.clone_cpu, (self.clones - 1) * left)
+        return min(self.clone_cpu, max((self.clones - 1) * left, self.clone_used))
 
     # ---- news of an extra attempt --------------------------------------------------
     def _find_extra(self, t: int, attempt: int) -> Extra | None:
@@ -262,6 +350,22 @@ class ExtraAttempts:
         """A report about extra attempt ``e`` of ``t``; True if the task is done now."""
         rs = r.state
         cur = self.state.item(t)
+        if cur == DONE:            # a clone kept running for its copy of the output
+            if rs == RUNNING and e.state == DISPATCHED:
+                e.state = step(e.state, "start")
+                e.start_t = r.t_start + shift
+            elif rs == DONE:
+                if e.state == DISPATCHED:
+                    e.start_t = r.t_start + shift
+                self._copies[t] = self._copies.get(t, 1) + 1
+                if self._copies[t] == 2 and t in self._won_at:
+                    self._copy_gaps.append(max(0.0, now - self._won_at.pop(t)))
+                self._end_extra(t, e, "finish", "copy", now, out, kill=False, t_end=r.t_end + shift)
+                return True        # (news for the clones waiting downstream)
+            elif rs != RUNNING:
+                self._end_extra(t, e, "fail" if rs == S.FAILED else "kill", "lost", now, out, kill=False,
+                                t_end=r.t_end + shift)
+            return False
         if rs == RUNNING or (rs == DONE and e.state == DISPATCHED):
             if e.state == DISPATCHED:
                 e.state = step(e.state, "start")
@@ -368,7 +472,9 @@ class ExtraAttempts:
         """(CPUs extra attempts hold of the job's tokens, of its clone grant, of its opportunistic
         allowance): for validate()."""
         tok = clo = opp = 0.0
-        for ex in self.extra.values():
+        for t, ex in self.extra.items():
+            assert self.state[t] != DONE or self.clones > 1, \
+                "a done task's extra attempts live on outside delay assignment"
             for e in ex:
                 assert e.state in (DISPATCHED, RUNNING), "an ended extra attempt is still listed"
                 if e.hold == HOLD_TOKEN:

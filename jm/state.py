@@ -36,7 +36,7 @@ S = TaskState
 # Plain ints for the hot paths (enum attribute access is slow); same values as TaskState.
 PENDING, READY, DISPATCHED, RUNNING, DONE, FAILED, KILLED = (
     int(S.PENDING), int(S.READY), int(S.DISPATCHED), int(S.RUNNING), int(S.DONE), int(S.FAILED), int(S.KILLED))
-DUPLICATE = int(AttemptKind.DUPLICATE)
+DUPLICATE, CLONE = int(AttemptKind.DUPLICATE), int(AttemptKind.CLONE)
 
 
 @dataclass(slots=True)
@@ -70,6 +70,9 @@ class JmConfig:
     # (+ slack) after its expected start is asked for its progress; if its time left is above
     # copy_factor x what a copy elsewhere would take (+ slack), a copy starts on a free token.
     copies: bool = True
+    # Dolly's delay assignment: a cloned stage's clones run on after the first wins (more copies
+    # of its output), and the clones of the stage reading it wait for copies (jm/attempts.py).
+    delay_assignment: bool = True
     straggler_after: float = 2.0
     straggler_slack_s: float = 1.0
     copy_factor: float = 2.0
@@ -172,7 +175,8 @@ class JmState(ExtraAttempts):
                  "submitted_at", "tokens", "used_tokens", "view", "ready_t", "dispatch_t", "start_t",
                  "passed_at", "exp_wait", "last_heard", "est_sent", "attempt", "state", "opp",
                  "token_seq", "generation", "_adopting", "_done_init",
-                 "extra", "_extra_n", "_dup_done", "check_t", "clones", "clone_cpu", "clone_used")
+                 "extra", "_extra_n", "_dup_done", "check_t", "clones", "clone_cpu", "clone_used", "_clone_wait",
+                 "_copies", "_copy_gaps", "_won_at", "_clones_sent")
 
     def __init__(self, job_id: int, spec: JobSpec, tokens: int, submitted_at: float,
                  config: JmConfig, view, reply_to: str = "", seq: int = 0, generation: int = 0,
@@ -184,6 +188,11 @@ class JmState(ExtraAttempts):
         self.clones = clones                    # Dolly: attempts per task (1: not cloned) ...
         self.clone_cpu = clone_cpu              # ... within this many CPUs of the clone budget
         self.clone_used = 0.0
+        self._clone_wait: list[int] = []        # downstream tasks whose clones wait for copies
+        self._copies: dict[int, int] = {}       # task -> copies of its output (finished attempts)
+        self._copy_gaps: list[float] = []       # first to second copy of a task's output (omega)
+        self._won_at: dict[int, float] = {}
+        self._clones_sent: dict[int, int] = {}  # task -> its attempts so far as clones count them
         self.token_seq = seq                    # the seq of the last token message applied
         self.generation = generation            # > 0: adopting the job from a dead JM host
         self._adopting = False                  # waiting for the PNs' Holding answers
@@ -415,6 +424,8 @@ class JmState(ExtraAttempts):
             elif event.key == "sched":
                 self._sched_armed = False
                 self._schedule(now, rng, out)
+            elif event.key == "clones":
+                self._release_clones(now, rng, out, final=True)
             elif event.key == "adopted":
                 self._adopting = False
                 if self.done == self.n:
@@ -597,6 +608,8 @@ class JmState(ExtraAttempts):
                 changed = True
             if self.finished:
                 return
+        if self._clone_wait and changed:
+            self._release_clones(now, rng, out, final=False)
         if changed and not self._adopting:
             if not self.cfg.coalesce:
                 self._schedule(now, rng, out)
@@ -640,7 +653,14 @@ class JmState(ExtraAttempts):
         self._record(st, t, spec.attempt, server, loc, r.t_start + shift, r.t_end + shift, "done", opp, out,
                      spec.kind)
         if self.extra and t in self.extra:       # the first to finish wins
-            self._kill_extras(t, now, out)
+            if self.clones > 1 and st.children and self.cfg.delay_assignment:
+                # (its clones run on: more copies of its output for the downstream clones)
+                self._won_at[t] = now
+                for e in list(self.extra[t]):
+                    if e.kind != CLONE:
+                        self._end_extra(t, e, "kill", "lost", now, out)
+            else:
+                self._kill_extras(t, now, out)
         st.observe(max(0.0, (r.t_end - r.t_start) - self.cfg.io.io_time(spec.input_bytes, loc)))
         self.done += 1
         st.remaining -= 1
@@ -1072,7 +1092,8 @@ class JmState(ExtraAttempts):
         cpu = np.array([self.stages[i].spec.cpu for i in self.stage_of]) if self.n else np.zeros(0)
         extra_tok, extra_clone, extra_opp = self._extra_counts()
         for t in self.extra:
-            assert self.finished or act[t], "a task with extra attempts has no first attempt"
+            assert self.finished or act[t] or (self.state[t] == S.DONE and self.clones > 1), \
+                "a task with extra attempts has no first attempt"
         assert abs(extra_clone - self.clone_used) < 1e-6, "clone accounting broken"
         assert self.clone_used <= self.clone_cpu + 1e-6, "clones beyond the job's clone grant"
         assert abs(cpu[act & ~self.opp].sum() + extra_tok - self.used_tokens) < 1e-6, "token accounting broken"

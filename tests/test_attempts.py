@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as hs
 
 from apollo.cluster import Topology
-from apollo.effects import Log, Send
+from apollo.effects import Log, Send, SetTimer, Timer
 from apollo.lifecycle import AttemptKind, TaskState
 from apollo.messages import Dispatch, KillTask, ProbeTask, StatusBatch, TaskReport
 from apollo.spec import JobSpec, StageSpec
@@ -232,3 +232,47 @@ def test_a_task_result_counts_once_whatever_its_attempts_do(events):
         j.validate()
         assert j.done <= 1 and dones <= 1
     assert dones == j.done
+
+
+def cloned_mapreduce():
+    m = StageSpec("map", 2, np.full(2, 2.0))
+    r = StageSpec("reduce", 1, np.full(1, 1.0), input_bytes=np.full(1, 400e6), depends_on=("map",))
+    j = JmState(1, JobSpec("mr", [m, r]), 4, 0.0, JmConfig(topology=TOPO), view(), clones=2, clone_cpu=3.0)
+    got = sent(j.start(0.0, Rng()))
+    first = {t.task: (s, t) for s, t in got if t.kind == 0}
+    clone = {t.task: (s, t) for s, t in got if t.kind == AttemptKind.CLONE}
+    return j, first, clone
+
+
+def test_delay_assignment_downstream_clones_wait_for_copies_of_the_upstream_output():
+    j, first, clone = cloned_mapreduce()
+    assert sorted(first) == sorted(clone) == [0, 1]
+    for t in (0, 1):                                 # the first attempts win; their clones run on
+        s, a = first[t]
+        out = j.handle(status(s, a.attempt, TaskState.DONE, t0=0.0, t1=2.0 + t, task=t), 2.0 + t, Rng())
+        assert not kills(out)
+        j.validate()
+    reduce_first = [t for _, t in sent(out) if t.task == 2]
+    assert [t.kind for t in reduce_first] == [0]     # the reduce's first attempt goes at once ...
+    assert any(isinstance(e, SetTimer) and e.key == "clones" for e in out)  # ... its clone waits (omega)
+    s, a = clone[0]
+    out = j.handle(status(s, a.attempt, TaskState.DONE, t0=0.0, t1=3.5, task=0), 3.5, Rng())
+    assert not sent(out)                             # map 1 has one copy still
+    assert records(out) == [(a.attempt, AttemptKind.CLONE, "copy")]
+    s, a = clone[1]
+    out = j.handle(status(s, a.attempt, TaskState.DONE, t0=0.0, t1=3.8, task=1), 3.8, Rng())
+    (cs, c), = sent(out)
+    assert c.task == 2 and c.kind == AttemptKind.CLONE and c.input_bytes == 400e6   # an exclusive copy
+    j.validate()
+
+
+def test_delay_assignment_after_omega_clones_read_a_shared_copy_and_upstream_clones_die():
+    j, first, clone = cloned_mapreduce()
+    for t in (0, 1):
+        s, a = first[t]
+        j.handle(status(s, a.attempt, TaskState.DONE, t0=0.0, t1=2.0 + t, task=t), 2.0 + t, Rng())
+    out = j.handle(Timer("clones"), 5.0, Rng())
+    (cs, c), = sent(out)
+    assert c.task == 2 and c.input_bytes == 2 * 400e6           # shared by two readers: twice as slow
+    assert sorted(kills(out)) == sorted((s, a.attempt) for s, a in clone.values())
+    j.validate()

@@ -442,7 +442,7 @@ async def test_oversized_length_prefix_closes_only_that_connection(caplog):
 
 async def test_wire_error_closes_only_that_connection(caplog):
     # a registered code with a field of the wrong type: WireError names the message and field
-    await _bad_frame_closes_only_that_connection(frame(["srv", JobDemand.CODE, "x", 0, 0]), caplog,
+    await _bad_frame_closes_only_that_connection(frame(["srv", JobDemand.CODE, "x", 0, 0, -1.0]), caplog,
                                                  "JobDemand.job_id")
 
 
