@@ -1,4 +1,5 @@
-"""Candidate servers per task: where its input lives, those servers' racks, two lightly loaded.
+"""Candidate servers per task: where its input lives, those servers' racks, two lightly loaded
+(drawn from ``lightly_loaded``: the RM's list, or the part of it known idle now, jm.policies.deferral).
 
 Rows are deduplicated (a repeated server is marked invalid) and sorted, so
 the matcher sees each (task, server) pair once.

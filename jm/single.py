@@ -17,9 +17,10 @@ INF = float("inf")
 
 
 def options_one(reps: list[int], in_bytes: float, runtime: float, shape: int, cpu: float, now: float,
-                view, fail_rate, io, ecfg, topo, rng, per_rack: int, n_light: int):
+                view, fail_rate, io, ecfg, topo, rng, per_rack: int, n_light: int, light_list=None):
     """(cand, loc, C, E, W) lists for one task: its candidate servers (sorted), their
-    localities, costs (inf: not a choice), expected completions and waits."""
+    localities, costs (inf: not a choice), expected completions and waits; the lightly loaded
+    candidates are drawn from ``light_list`` (None: the view's lightly loaded list)."""
     # ---- candidate_rows
     R = len(reps) * per_rack
     u = rng.random(2 * R + n_light).tolist()
@@ -35,7 +36,8 @@ def options_one(reps: list[int], in_bytes: float, runtime: float, shape: int, cp
             in_rack.append(int(rack_start[rk]) + int(u[j] * int(rack_size[rk])))
         else:
             in_rack.append(anywhere[j])
-    light_list = view.lightly_loaded
+    if light_list is None:
+        light_list = view.lightly_loaded
     pool = len(light_list) or servers
     light = [int(u[2 * R + k] * pool) for k in range(n_light)]
     if len(light_list):

@@ -39,7 +39,7 @@ class ViewCache:
         self.sent_wait = np.zeros(servers)
         self.sent_cpu = np.zeros(servers)
         self.sent_at = np.full(servers, -np.inf)
-        self._idle = False                           # has_idle's last finding, and when
+        self._idle = np.zeros(0, dtype=np.int32)     # idle_servers' last finding, and when
         self._idle_checked_at = -np.inf
         self.version = 0                             # bumped by every change below (caches key on it)
         # Other processes' clocks against this host's (apollo.clocks): every time kept here is
@@ -104,13 +104,17 @@ class ViewCache:
         return free, mine
 
     def has_idle(self, now: float) -> bool:
-        """Whether any lightly loaded server has a CPU free now, as far as this host knows (a
-        finding at most IDLE_CHECK_S old: every placement pass of every JM asks, and the
-        lightly loaded list is a tenth of the cluster; the view itself is older than that)."""
+        """Whether any lightly loaded server has a CPU free now, as far as this host knows."""
+        return len(self.idle_servers(now)) > 0
+
+    def idle_servers(self, now: float) -> np.ndarray:
+        """The lightly loaded servers with a CPU free now, as far as this host knows (a finding
+        at most IDLE_CHECK_S old: every placement pass of every JM asks, and the lightly loaded
+        list is a tenth of the cluster; the view itself is older than that)."""
         if now - self._idle_checked_at < IDLE_CHECK_S:
             return self._idle
         light = self.lightly_loaded
-        self._idle = bool(len(light)) and bool((self.free_cpu(light, now) >= 1.0 - 1e-9).any())
+        self._idle = light[self.free_cpu(light, now) >= 1.0 - 1e-9] if len(light) else light
         self._idle_checked_at = now
         return self._idle
 

@@ -250,6 +250,24 @@ def test_apollo_defers_rather_than_queue_behind_a_long_wait_when_a_server_is_idl
     assert len(dispatched(out)) == 1
 
 
+def test_apollo_names_the_idle_server_instead_of_holding_the_task_for_it():
+    # Every server queues 60 s but one; the lightly loaded list holds it among busy ones. A
+    # task does not wait (token idle) for a later pass to draw it: it goes there at once.
+    spec = JobSpec("m", [StageSpec("map", 1, np.full(1, 2.0), input_bytes=np.full(1, 64e6), dataset="ds")])
+    for seed in range(20):
+        v = view(wait=60.0)
+        j = JmState(1, spec, 0, 0.0, JmConfig(topology=TOPO), v)
+        j.start(0.0, Rng(seed))
+        cand = set(j.stages[0].reps[0].tolist())
+        idle = next(s for s in range(20) if TOPO.rack_of[s] not in {TOPO.rack_of[c] for c in cand})
+        v.matrices[idle] = 0.0
+        busy = [s for s in range(20) if TOPO.rack_of[s] != TOPO.rack_of[idle]][:9]
+        v.lightly_loaded = np.array(sorted(busy + [idle]), dtype=np.int32)
+        out = j.handle(TokenGrant(1, 1), 1.0, Rng(seed))       # (the host's idle finding is fresh)
+        assert [s for s, _ in dispatched(out)] == [f"pn:{idle}"]
+        j.validate()
+
+
 def test_an_attempt_not_heard_of_is_probed_and_placed_again_if_its_server_lost_it():
     from apollo.messages import ProbeTask
     from pn.state import PnConfig, PnState

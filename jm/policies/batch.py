@@ -24,7 +24,7 @@ class Cut(NamedTuple):
 
 class Batch:
     __slots__ = ("now", "view", "cfg", "topology", "ids", "sidx", "reps", "in_bytes", "runtime", "shape", "cpu",
-                 "per_server", "cand", "valid", "loc", "C", "E", "W", "max_loc", "has_input")
+                 "per_server", "cand", "valid", "loc", "C", "E", "W", "max_loc", "has_input", "light")
 
     def __init__(self, now: float, view, cfg, ids, sidx, reps, in_bytes, runtime, shape, cpu,
                  per_server: int, has_input) -> None:
@@ -43,6 +43,8 @@ class Batch:
         self.has_input = has_input      # whether the task reads replicated input (locality can matter)
         self.cand = self.valid = self.loc = None
         self.C = self.E = self.W = None
+        self.light = view.lightly_loaded if view is not None else None   # where the lightly loaded
+                                    # candidates are drawn from (the pipeline may narrow it)
         self.max_loc = None         # the tightest "loc" cut per task, if any (matchers that look
                                     # beyond the candidates honour it)
 

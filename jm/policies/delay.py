@@ -41,6 +41,10 @@ class DelayScheduling:
     def new_state(self) -> DelayState:
         return DelayState()
 
+    def light_pool(self, b):
+        """Where the lightly loaded candidates come from: the RM's list, as it is."""
+        return None
+
     def rematches_on_news(self, cfg) -> bool:
         return False             # a held task waits for a slot to free up: the job polls
 

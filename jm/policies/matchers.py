@@ -46,7 +46,7 @@ class Matcher:
 
     def candidates(self, b: Batch, rng):
         """(cand int64[B, K], valid bool[B, K]), or None when there is nowhere to go."""
-        return candidate_rows(b.reps, b.topology, b.view.lightly_loaded, rng, per_rack=b.cfg.per_rack)
+        return candidate_rows(b.reps, b.topology, b.light, rng, per_rack=b.cfg.per_rack)
 
     def match(self, b: Batch):
         raise NotImplementedError

@@ -26,6 +26,7 @@ def _unmatched(B: int):
 def place(b: Batch, profile, states, fail_rate, rng):
     """(server or UNMATCHED, expected wait there, locality) per task of ``b``."""
     m = profile.matcher
+    _narrow_light(b, profile)
     got = m.candidates(b, rng)
     if got is None:
         return _unmatched(len(b))
@@ -55,6 +56,16 @@ def place(b: Batch, profile, states, fail_rate, rng):
     return srv, wait, where
 
 
+def _narrow_light(b: Batch, profile) -> None:
+    """Let a filter say where the lightly loaded candidates come from (Deferral: the servers
+    known idle now, so that a task is offered the idle server it would otherwise wait for)."""
+    for f in profile.filters:
+        pool = f.light_pool(b)
+        if pool is not None:
+            b.light = pool
+            return
+
+
 def _apply(b: Batch, cut: Cut) -> None:
     col = b.E if cut.column == "E" else b.loc
     lim = cut.limit
@@ -73,8 +84,9 @@ def place_one(b: Batch, profile, states, fail_rate, rng, reps: list[int]):
     """The same for a batch of one task (``b``'s per-task fields are plain floats); the
     matcher must be one whose answer for one task is its cheapest candidate."""
     cfg = b.cfg
+    _narrow_light(b, profile)
     cand, loc, C, E, W = options_one(reps, b.in_bytes, b.runtime, b.shape, b.cpu, b.now, b.view, fail_rate, cfg.io,
-                                     cfg.estimate, b.topology, rng, cfg.per_rack, 2)
+                                     cfg.estimate, b.topology, rng, cfg.per_rack, 2, b.light)
     for f, st in zip(profile.filters, states):
         cut = f.cut(b, st)
         if cut is None:
