@@ -242,6 +242,7 @@ class ExtraAttempts:
         servers other than the task's, while the job's clone grant lasts; those of a stage that
         reads other stages' outputs wait for copies of them (delay assignment)."""
         now_ids = []
+        scale: dict[int, float] = {}
         for t in ids:
             st = self.stages[self.stage_of.item(t)]
             if st.parents and self.cfg.delay_assignment:
@@ -250,19 +251,28 @@ class ExtraAttempts:
                 self._clone_wait.append(t)
             else:
                 now_ids.append(t)
+                if st.parents:      # without delay assignment: every clone shares the first copy
+                    scale[t] = float(self.clones)
         if now_ids:
-            self._dispatch_clones(now_ids, now, rng, out, {})
+            self._dispatch_clones(now_ids, now, rng, out, scale)
 
     def _omega(self, st) -> float:
-        """How long a downstream clone waits for an exclusive copy (Dolly's omega): long enough
-        for the normal variation among upstream clones (the median gap seen between a task's
-        first and second finished clone; before any, a tenth of the upstream tasks' time), and
-        never longer than sharing a copy would add to its read (at half the bandwidth: one more
-        exclusive read), so that waiting cannot cost more than it saves."""
+        """How long a downstream clone waits for an exclusive copy (Dolly's omega, by its
+        cost-benefit analysis): the wait w that minimises the clone's expected read, over the
+        gaps seen between a task's first and its second copy (inf: none came) as samples of when
+        a copy arrives: a copy by w costs its arrival plus an exclusive read (r / B), none costs w
+        plus a read shared by two (2 r / B). With no samples yet, no wait."""
         gaps = self._copy_gaps
-        spread = float(np.median(gaps)) if gaps else \
-            0.1 * max(self.stages[p].est_runtime for p in st.parents)
-        return min(st.mean_in / float(self._bw[0]), spread)
+        if not gaps:
+            return 0.0
+        excl = st.mean_in / float(self._bw[0])
+        g = np.array(gaps)
+        best, best_cost = 0.0, 2 * excl
+        for w in np.unique(g[np.isfinite(g)]).tolist():
+            cost = float(np.where(g <= w, g + excl, w + 2 * excl).mean())
+            if cost < best_cost - 1e-12:
+                best, best_cost = w, cost
+        return best
 
     def _copies_for(self, st) -> int:
         """Copies of every output ``st`` reads: the fewest finished attempts among its parents'
@@ -305,6 +315,8 @@ class ExtraAttempts:
             for t in list(self.extra):
                 if self.state.item(t) == DONE and all(self.stages[c].released for c in
                                                       self.stages[self.stage_of.item(t)].children):
+                    if self._won_at.pop(t, None) is not None:
+                        self._copy_gaps.append(np.inf)      # no second copy came in time
                     self._kill_extras(t, now, out)
 
     def _dispatch_clones(self, ids: list, now: float, rng, out: list, scale: dict,
