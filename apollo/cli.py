@@ -372,7 +372,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace, rest: list[str]) -> int:
     import importlib
-    names = ("matching", "scale", "throughput", "delay", "fairshare", "capacity", "pools", "dolly", "corrections")
+    names = ("matching", "scale", "throughput", "delay", "fairshare", "capacity", "pools", "dolly", "corrections",
+             "compare")
     if args.name not in names:
         print(f"apollo bench: unknown benchmark {args.name!r} (known: {', '.join(names)})", file=sys.stderr)
         return 2
