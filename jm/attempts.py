@@ -287,10 +287,12 @@ class ExtraAttempts:
 
     def _release_clones(self, now: float, rng, out: list, final: bool) -> None:
         """Send the waiting downstream clones that have an exclusive copy to read (``final``: omega
-        is up, all of them, the later ones reading shared copies; then the upstream clones still
-        running are killed)."""
+        is up: the upstream clones still running are killed, their copies too late, and the
+        waiting clones go, the later ones reading shared copies)."""
         if not self._clone_wait:
             return
+        if final:
+            self._kill_lingering(now, out)
         waiting, exclusive, shared = [], {}, []
         scale: dict[int, float] = {}
         for t in self._clone_wait:
@@ -305,25 +307,31 @@ class ExtraAttempts:
                     scale[t] = float(-(-self.clones // copies))
                 else:
                     waiting.append(t)
-        self._clone_wait = waiting
+        if not waiting:
+            self._kill_lingering(now, out)
+        short = []
         if exclusive:
-            self._dispatch_clones(list(exclusive), now, rng, out, {}, upto=exclusive)
+            short = self._dispatch_clones(list(exclusive), now, rng, out, {}, upto=exclusive)
         if shared:
             self._dispatch_clones(shared, now, rng, out, scale)
-        if final or not waiting:
-            # upstream clones whose readers have all started: their copies are not needed
-            for t in list(self.extra):
-                if self.state.item(t) == DONE and all(self.stages[c].released for c in
-                                                      self.stages[self.stage_of.item(t)].children):
-                    if self._won_at.pop(t, None) is not None:
-                        self._copy_gaps.append(np.inf)      # no second copy came in time
-                    self._kill_extras(t, now, out)
+        # (clones the grant could not hold yet, upstream clones still running: they wait too)
+        self._clone_wait = waiting + [t for t in short if t not in waiting and not final]
+
+    def _kill_lingering(self, now: float, out: list) -> None:
+        """Upstream clones whose readers have all been released: their copies are not needed."""
+        for t in list(self.extra):
+            if self.state.item(t) == DONE and all(self.stages[c].released for c in
+                                                  self.stages[self.stage_of.item(t)].children):
+                if self._won_at.pop(t, None) is not None:
+                    self._copy_gaps.append(np.inf)      # no second copy came in time
+                self._kill_extras(t, now, out)
 
     def _dispatch_clones(self, ids: list, now: float, rng, out: list, scale: dict,
-                         upto: dict | None = None) -> None:
+                         upto: dict | None = None) -> list:
         """Clones of ``ids`` (the k-th of each while k < ``upto[t]``, default all of them), read
-        slower by ``scale[t]`` (readers per copy)."""
+        slower by ``scale[t]`` (readers per copy); returns the tasks the grant left short."""
         by_server: dict[int, list] = {}
+        short: list = []
         sent = self._clones_sent
         for k in range(1, self.clones):
             for t in ids:
@@ -331,7 +339,8 @@ class ExtraAttempts:
                     continue
                 cpu = self.stages[self.stage_of.item(t)].spec.cpu
                 if self.clone_used + cpu > self.clone_cpu + 1e-9:
-                    break
+                    short.append(t)
+                    continue
                 s, wait, where = self._place_extra(t, now, rng, self._servers_of(t))
                 if s == UNMATCHED:
                     continue
@@ -343,12 +352,14 @@ class ExtraAttempts:
                 by_server.setdefault(s, []).append(e.spec)
         for s, specs in by_server.items():
             out.append(Send(f"pn:{s}", Dispatch(self.job_id, specs, self.cfg.host)))
+        return short
 
     def _clones_needed(self) -> float:
-        """CPUs of the clone grant this job may still use: its unfinished tasks' clones."""
+        """CPUs of the clone grant this job may still use: the clones of its largest unfinished
+        phase (or those running, if more)."""
         left = 0.0
         for st in self.stages:
-            left += st.remaining * st.spec.cpu
+            left = max(left, st.remaining * st.spec.cpu)
         return min(self.clone_cpu, max((self.clones - 1) * left, self.clone_used))
 
     # ---- news of an extra attempt --------------------------------------------------
