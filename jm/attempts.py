@@ -355,11 +355,11 @@ class ExtraAttempts:
         return short
 
     def _clones_needed(self) -> float:
-        """CPUs of the clone grant this job may still use: the clones of its largest unfinished
-        phase (or those running, if more)."""
+        """CPUs of the clone grant this job may still use: its unfinished tasks' clones (or those
+        running, if more)."""
         left = 0.0
         for st in self.stages:
-            left = max(left, st.remaining * st.spec.cpu)
+            left += st.remaining * st.spec.cpu
         return min(self.clone_cpu, max((self.clones - 1) * left, self.clone_used))
 
     # ---- news of an extra attempt --------------------------------------------------

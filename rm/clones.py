@@ -8,9 +8,9 @@ of the cluster's cores, counting the clones beyond each task's first attempt:
 the extra resources) allows *all* its tasks ``c - 1`` clones, and the cluster's
 utilization with them stays under ``util_max`` (Dolly's tau); otherwise it runs
 without clones. This favours small jobs by itself: a large job's clones rarely fit.
-A grant covers the clones of the job's largest phase (Dolly budgets per phase; a
-job's phases run one after another, and its JM never runs more clones than its
-grant); the JM gives back what its unfinished phases no longer need as it goes.
+A grant covers the clones of all the job's tasks (with delay assignment one
+phase's clones run on while the next phase's start); the JM gives back what its
+finished tasks no longer need as it goes (JobDemand.clone_cpu).
 
 ``p`` is what the cluster's operator knows of its stragglers (Dolly measured it
 from its traces); 0 turns cloning off.
@@ -45,9 +45,9 @@ class CloneBudget:
         if cfg.p <= 0.0 or cfg.beta <= 0.0 or n > cfg.max_tasks or capacity <= 0:
             return 1, 0.0
         c = clones_needed(cfg.p, n, cfg.risk)
-        # Dolly counts the budget per phase (its phases run one after another): the grant covers
-        # the clones of the job's largest phase, and the JM never runs more than its grant
-        extra = (c - 1) * max(s.tasks * s.cpu for s in spec.stages)
+        # every task's clones: with delay assignment a phase's clones run on while the next
+        # phase's start (measured: a grant of the largest phase only left the later clones short)
+        extra = (c - 1) * sum(s.tasks * s.cpu for s in spec.stages)
         if c <= 1 or self.used + extra > cfg.beta * capacity + 1e-9 or busy() + extra > cfg.util_max * capacity:
             return 1, 0.0
         self.used += extra

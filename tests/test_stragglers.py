@@ -43,7 +43,7 @@ def test_budget_admits_a_jobs_clones_all_or_none_and_never_beyond_beta():
     b = CloneBudget(CloneConfig(beta=0.05, p=0.2))
     cap = 100.0                                      # budget: 5 CPUs of clones
     assert b.grant(job(1), cap, lambda: 0.0) == (2, 1.0)
-    assert b.grant(job(2), cap, lambda: 0.0) == (3, 4.0)     # 2 tasks x 2 clones (one phase)
+    assert b.grant(job(2), cap, lambda: 0.0) == (3, 4.0)     # 2 tasks x 2 clones
     assert b.grant(job(1), cap, lambda: 0.0) == (1, 0.0)     # 5 used: one more would exceed
     assert b.used == 5.0
     b.release(4.0)
