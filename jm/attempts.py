@@ -137,7 +137,6 @@ class ExtraAttempts:
         that would start and read the task significantly sooner gets a duplicate."""
         if t in self.extra or self._dup_done.get(t) == self.attempt.item(t):
             return
-        self._dup_done[t] = self.attempt.item(t)       # one look per first attempt and trigger
         cfg = self.cfg
         st = self.stages[self.stage_of.item(t)]
         avg = st.wait_sum / st.wait_n if st.wait_n else 0.0
@@ -153,6 +152,7 @@ class ExtraAttempts:
             trigger = "elapsed_above_stage"
         else:
             return
+        self._dup_done[t] = self.attempt.item(t)       # one placement re-run per first attempt
         out.append(Log("dup_trigger", (self.job_id, t, trigger)))
         s, wait, where = self._place_extra(t, now, rng, self._servers_of(t))
         if s == UNMATCHED:
