@@ -178,10 +178,10 @@ class ExtraAttempts:
         task's own time, which no real scheduler knows before it runs."""
         if st.n < 2:
             return np.inf
-        obs = st.recent
-        if not obs:
-            return st.declared
-        return float(np.median(obs + [st.declared]))
+        if st.baseline is None:      # (once per finished task of the stage, not per dispatch)
+            obs = st.recent
+            st.baseline = float(np.median(obs + [st.declared])) if obs else st.declared
+        return st.baseline
 
     def _next_check(self, ids, now: float, wait, est_rt):
         """When a running first attempt is first looked at as a possible straggler (inf: never,

@@ -124,7 +124,7 @@ RECENT_KEPT = 32    # a stage's last finished tasks' times kept for the straggle
 class Stage:
     __slots__ = ("index", "spec", "offset", "n", "parents", "children", "remaining", "est_runtime",
                  "obs_n", "obs_sum", "reps", "in_bytes", "shape", "priority", "ready", "released", "declared",
-                 "mean_in", "recent", "wait_sum", "wait_n")
+                 "mean_in", "recent", "wait_sum", "wait_n", "baseline")
 
     def __init__(self, index: int, spec, offset: int) -> None:
         self.index = index
@@ -150,6 +150,7 @@ class Stage:
         self.ready: deque[int] = deque()
         self.released = False
         self.recent: list[float] = []
+        self.baseline: float | None = None     # the straggler baseline, made from ``recent`` when asked
         self.wait_sum = 0.0          # expected queue waits of its dispatched first attempts
         self.wait_n = 0
 
@@ -162,6 +163,7 @@ class Stage:
         rec.append(compute_s)
         if len(rec) > RECENT_KEPT:
             del rec[0]
+        self.baseline = None
 
 
 class JmState(ExtraAttempts):
