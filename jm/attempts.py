@@ -65,10 +65,6 @@ class Extra:
         self.hold = hold
         self.trigger = trigger
 
-    @property
-    def attempt(self) -> int:
-        return self.spec.attempt
-
 
 class ExtraAttempts:
     """JmState's extra attempts (a mixin: the methods need the JM's columns)."""
@@ -183,7 +179,7 @@ class ExtraAttempts:
             st.baseline = float(np.median(obs + [st.declared])) if obs else st.declared
         return st.baseline
 
-    def _next_check(self, ids, now: float, wait, est_rt):
+    def _next_check(self, now: float, wait, est_rt):
         """When a running first attempt is first looked at as a possible straggler (inf: never,
         a task without peers)."""
         cfg = self.cfg

@@ -1048,7 +1048,7 @@ class JmState(ExtraAttempts):
                 gap = self._straggler_baseline(stages[0]) - stages[0].est_runtime
             else:
                 gap = np.array([self._straggler_baseline(st) - st.est_runtime for st in stages])[sidx]
-            chk = self._next_check(ids, now, w, est_rt + gap)
+            chk = self._next_check(now, w, est_rt + gap)
             self.check_t[ids] = chk
             self._watch_at = min(self._watch_at, float(chk.min()))
         by_server: dict[int, list] = {}
