@@ -612,7 +612,9 @@ class JmState(ExtraAttempts):
                 return
         if self._clone_wait and changed:
             self._release_clones(now, rng, out, final=False)
-        if changed and not self._adopting:
+        # (a pass only when it may place something: most reports end a task of a stage with
+        # nothing left to place, and a pass for nothing was a timer event per task)
+        if changed and not self._adopting and (self.outstanding_opp or self._has_ready()):
             if not self.cfg.coalesce:
                 self._schedule(now, rng, out)
             elif not self._sched_armed:
