@@ -115,14 +115,15 @@ class Recorder:
     corrections: dict = field(default_factory=dict)   # (CORRECTION_EVENTS, detail) -> count
 
     def __call__(self, kind: str, data: tuple, now: float) -> None:
+        if kind == "attempt":            # (one per attempt: the rest are rare)
+            self.attempts.append(data)
+            return
         if kind in CONTROL_EVENTS:
             self.control[kind] = self.control.get(kind, 0) + 1
         elif kind in CORRECTION_EVENTS:
             key = (kind, data[2] if kind != "copy" else "")
             self.corrections[key] = self.corrections.get(key, 0) + 1
-        if kind == "attempt":
-            self.attempts.append(data)
-        elif kind == "decisions":
+        if kind == "decisions":
             self.decisions += data[0]
         elif kind == "job_submitted":
             self.submitted.append(data)

@@ -103,6 +103,19 @@ def _weighted_pick(w: list[float], rng) -> int:
     return min(bisect.bisect_right(cdf, rng.random() * last), len(w) - 1)
 
 
+_IDLE_READINGS: dict = {}
+
+
+def _idle_reading(cfg: "PnConfig") -> list[float]:
+    """The reading of a server with nothing running or queued (shared; readings are never
+    changed in place)."""
+    key = (cfg.cores, cfg.mem_gb, cfg.grid.cpu, cfg.grid.mem)
+    w = _IDLE_READINGS.get(key)
+    if w is None:
+        w = _IDLE_READINGS[key] = release_waits(0.0, cfg.cores, cfg.mem_gb, [], cfg.grid.cpu, cfg.grid.mem, NEVER_S)
+    return w
+
+
 class PnState:
     # The live runtime may hand this actor several TaskExited at once, as a list (the exits of
     # one event-loop iteration): they share one queue pass and one status batch per job.
@@ -525,6 +538,15 @@ class PnState:
         """
         if self._matrix is None or now >= self._revise_at:
             cfg = self.cfg
+            if not self.running and not self.queue:
+                # An empty server (a third of the readings at scale): every shape it can hold
+                # starts now, the same reading every time.
+                w = _idle_reading(cfg)
+                self._revise_at = float("inf")
+                self._waits, self._planned_at, self._avail = w, now, None
+                self._matrix = self._last_m = w
+                self._matrix_time = self._last_t = now
+                return w
             opp = cfg.advertise_opportunistic
             room = self._room(now, opp)
             releases = room[2]
