@@ -19,7 +19,7 @@ import numpy as np
 
 from .spec import JobSpec, SpecError, StageSpec
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 
 class WireError(ValueError):
@@ -397,14 +397,15 @@ class JobAccepted(Message):
 
 
 @message(3, job_id=NAT, spec=JOB, tokens=NAT, submitted_at=FLOAT, reply_to=STR, seq=NAT, generation=NAT,
-         done=BYTES, clones=NAT, clone_cpu=FLOAT)
+         done=BYTES, clones=NAT, clone_cpu=FLOAT, clones_low=BOOL)
 class StartJob(Message):
     """RM -> JM host: the capacity plane admitted the job; create its JM (or, for a JM the host
     already runs, a token grant). ``seq`` orders it with the job's TokenGrants; ``generation``
     counts the job's JM homes (> 0: a JM host died and this one adopts the job's attempts from
     the PNs); ``done``: the tasks known finished (numpy.packbits of a bool per task; b"": none);
     ``clones``: Dolly's attempts per task (1: not cloned), within ``clone_cpu`` CPUs of the
-    cluster's clone budget (rm/clones.py)."""
+    cluster's clone budget (rm/clones.py); ``clones_low``: the clones run at low priority
+    (opportunistic: the cluster was above Dolly's utilization ceiling)."""
     job_id: int
     spec: JobSpec
     tokens: int
@@ -415,6 +416,7 @@ class StartJob(Message):
     done: bytes = b""
     clones: int = 1
     clone_cpu: float = 0.0
+    clones_low: bool = False
 
 
 @message(4, job_id=NAT, tokens=NAT, seq=NAT)

@@ -38,7 +38,8 @@ import numpy as np
 
 from apollo.effects import Log, Send, SetTimer
 from apollo.lifecycle import AttemptKind, TaskState, step
-from apollo.messages import Dispatch, KillTask, ProbeTask, TaskSpec
+from apollo.cluster import NODE, REMOTE
+from apollo.messages import Dispatch, KillTask, ProbeTask, TaskSpec, UpgradeTask
 
 from .matching import UNMATCHED
 
@@ -85,7 +86,8 @@ class ExtraAttempts:
         in_bytes = float(st.in_bytes[i]) * read_scale
         est_rt = st.est_runtime + cfg.io.init_s + in_bytes / float(self._bw[where])
         ts = TaskSpec(self.job_id, t, attempt, st.index, spec.cpu, spec.mem_gb, float(spec.durations_s[i]),
-                      in_bytes, int(where), est_rt, hold == HOLD_OPP, spec.command, spec.env, spec.cwd,
+                      in_bytes, int(where), est_rt, hold == HOLD_OPP or (hold == HOLD_CLONE and self.clones_low),
+                      spec.command, spec.env, spec.cwd,
                       spec.timeout_s, spec.command is not None, kind)
         e = Extra(kind, ts, int(server), now, float(wait), hold, trigger)
         if hold == HOLD_TOKEN:
@@ -219,7 +221,7 @@ class ExtraAttempts:
             hold = HOLD_OPP
         else:
             hold = HOLD_NONE
-        if t in self.extra or hold == HOLD_NONE:
+        if hold == HOLD_NONE or (t in self.extra and not self._all_behind(t, now, base)):
             self.check_t[t] = again
             self._watch_at = min(self._watch_at, again)
             return
@@ -231,6 +233,16 @@ class ExtraAttempts:
         else:
             self.check_t[t] = again
             self._watch_at = min(self._watch_at, again)
+
+    def _all_behind(self, t: int, now: float, base: float) -> bool:
+        """Whether every extra attempt of ``t`` is a clone running for longer than its stage's
+        baseline: a cloned task whose every attempt straggles (Dolly leaves that chance, its
+        epsilon) gets a straggler copy like any other task; one whose clone may still be on
+        time, or that has a copy or duplicate already, does not."""
+        for e in self.extra[t]:
+            if e.kind != CLONE or e.start_t < 0 or now - e.start_t <= base:
+                return False
+        return True
 
     # ---- Dolly's clones ---------------------------------------------------------------
     def _send_clones(self, ids: list, now: float, rng, out: list) -> None:
@@ -257,11 +269,15 @@ class ExtraAttempts:
         cost-benefit analysis): the wait w that minimises the clone's expected read, over the
         gaps seen between a task's first and its second copy (inf: none came) as samples of when
         a copy arrives: a copy by w costs its arrival plus an exclusive read (r / B), none costs w
-        plus a read shared by two (2 r / B). With no samples yet, no wait."""
+        plus a read shared by two (2 r / B). With no samples yet, the break-even wait: one
+        exclusive read, what sharing would add (waiting that long costs at most 1.5x the best
+        choice, whenever the copy comes). The read is at the bandwidth the clone will get: an
+        upstream output is on another server (remote; node-local only for a stage reading a
+        dataset of its own)."""
         gaps = self._copy_gaps
+        excl = st.mean_in / float(self._bw[REMOTE if st.reps is None else NODE])
         if not gaps:
-            return 0.0
-        excl = st.mean_in / float(self._bw[0])
+            return excl
         g = np.array(gaps)
         best, best_cost = 0.0, 2 * excl
         for w in np.unique(g[np.isfinite(g)]).tolist():
@@ -270,16 +286,11 @@ class ExtraAttempts:
                 best, best_cost = w, cost
         return best
 
-    def _copies_for(self, st) -> int:
-        """Copies of every output ``st`` reads: the fewest finished attempts among its parents'
-        tasks (it reads all of them)."""
-        got = None
-        for p in st.parents:
-            ps = self.stages[p]
-            for t in range(ps.offset, ps.offset + ps.n):
-                c = self._copies.get(t, 1)
-                got = c if got is None else min(got, c)
-        return got or 1
+    def _copies_of_inputs(self, st) -> list[int]:
+        """Copies of each output ``st`` reads (it reads all of its parents' tasks' outputs): the
+        finished attempts of each."""
+        return [self._copies.get(t, 1) for p in st.parents
+                for t in range(self.stages[p].offset, self.stages[p].offset + self.stages[p].n)] or [1]
 
     def _release_clones(self, now: float, rng, out: list, final: bool) -> None:
         """Send the waiting downstream clones that have an exclusive copy to read (``final``: omega
@@ -291,16 +302,24 @@ class ExtraAttempts:
             self._kill_lingering(now, out)
         waiting, exclusive, shared = [], {}, []
         scale: dict[int, float] = {}
+        inputs: dict[int, list] = {}        # stage -> copies of each output it reads
+        c = self.clones
         for t in self._clone_wait:
             if self.state.item(t) == DONE or self.finished:
                 continue
-            st = self.stages[self.stage_of.item(t)]
-            copies = min(self._copies_for(st), self.clones)
-            exclusive[t] = copies           # clones 1 .. copies - 1 have a copy each
-            if copies < self.clones:
-                if final:                   # the rest share: ceil(c / copies) readers a copy
+            si = self.stage_of.item(t)
+            cps = inputs.get(si)
+            if cps is None:
+                cps = inputs[si] = self._copies_of_inputs(self.stages[si])
+            copies = min(min(cps), c)
+            exclusive[t] = copies           # clones 1 .. copies - 1 have a copy of every output
+            if copies < c:
+                if final:
+                    # The rest share: an output with k copies is read by ceil(c / k) readers a
+                    # copy, at that fraction of the bandwidth; the outputs are equal parts of
+                    # the input, so only the part with few copies reads slower.
                     shared.append(t)
-                    scale[t] = float(-(-self.clones // copies))
+                    scale[t] = sum(-(-c // min(k, c)) for k in cps) / len(cps)
                 else:
                     waiting.append(t)
         if not waiting:
@@ -391,7 +410,7 @@ class ExtraAttempts:
                 e.start_t = r.t_start + shift
             if e.kind == DUPLICATE and rs == RUNNING:
                 if cur == DISPATCHED:        # it started first: the duplicate wins the race
-                    self._promote(t, e, now, self._end_first(t, now, out))
+                    self._promote(t, e, now, self._end_first(t, now, out), out)
                     self._kill_extras(t, now, out, only=DUPLICATE)
                 else:                        # the first started too: keep the first
                     self._end_extra(t, e, "kill", "lost", now, out)
@@ -447,10 +466,11 @@ class ExtraAttempts:
         self._log_attempt(t, outcome, now, out)
         return was_opp
 
-    def _promote(self, t: int, e: Extra, now: float, was_opp: bool) -> None:
+    def _promote(self, t: int, e: Extra, now: float, was_opp: bool, out: list | None = None) -> None:
         """Extra attempt ``e`` becomes ``t``'s first (whose attempt has just ended and freed its
         slot, opportunistic if ``was_opp``): it takes over that slot, a token or the
-        opportunistic allowance, and gives back what it held itself."""
+        opportunistic allowance, and gives back what it held itself. ``out``: the attempt runs
+        on (an opportunistic one taking a token is upgraded at its PN)."""
         ex = self.extra[t]
         ex.remove(e)
         if not ex:
@@ -463,6 +483,9 @@ class ExtraAttempts:
             self.opp[t] = True
         else:
             self.used_tokens += cpu
+            if e.spec.opportunistic and out is not None:
+                # a low-priority attempt takes over a token: it must not be preempted any more
+                out.append(Send(f"pn:{e.server}", UpgradeTask(self.job_id, t, e.spec.attempt)))
             self.opp[t] = False
         spec = e.spec
         self.attempt[t] = spec.attempt

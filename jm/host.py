@@ -102,7 +102,7 @@ class JmHost:
         jm = JmState(msg.job_id, msg.spec, msg.tokens, msg.submitted_at + self.view.rm_clock.get(0), self.cfg,
                      self.view, msg.reply_to,
                      seq=msg.seq, generation=msg.generation, done=msg.done, clones=msg.clones,
-                     clone_cpu=msg.clone_cpu)
+                     clone_cpu=msg.clone_cpu, clones_low=msg.clones_low)
         self.jms[msg.job_id] = jm
         self.started += 1
         out = self._wrap(msg.job_id, jm.start(now, rng))

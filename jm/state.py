@@ -177,18 +177,19 @@ class JmState(ExtraAttempts):
                  "submitted_at", "tokens", "used_tokens", "view", "ready_t", "dispatch_t", "start_t",
                  "passed_at", "exp_wait", "last_heard", "est_sent", "attempt", "state", "opp",
                  "token_seq", "generation", "_adopting", "_done_init",
-                 "extra", "_extra_n", "_dup_done", "check_t", "clones", "clone_cpu", "clone_used", "_clone_wait",
+                 "extra", "_extra_n", "_dup_done", "check_t", "clones", "clone_cpu", "clones_low", "clone_used", "_clone_wait",
                  "_copies", "_copy_gaps", "_won_at", "_clones_sent")
 
     def __init__(self, job_id: int, spec: JobSpec, tokens: int, submitted_at: float,
                  config: JmConfig, view, reply_to: str = "", seq: int = 0, generation: int = 0,
-                 done: bytes = b"", clones: int = 1, clone_cpu: float = 0.0) -> None:
+                 done: bytes = b"", clones: int = 1, clone_cpu: float = 0.0, clones_low: bool = False) -> None:
         self.job_id = job_id
         self.extra: dict = {}                   # task -> its extra attempts (jm/attempts.py)
         self._extra_n: dict[int, int] = {}
         self._dup_done: dict[int, int] = {}     # task -> its first attempt the triggers looked at
         self.clones = clones                    # Dolly: attempts per task (1: not cloned) ...
-        self.clone_cpu = clone_cpu              # ... within this many CPUs of the clone budget
+        self.clone_cpu = clone_cpu              # ... within this many CPUs of the clone budget ...
+        self.clones_low = clones_low            # ... at low priority (opportunistic at the PNs)
         self.clone_used = 0.0
         self._clone_wait: list[int] = []        # downstream tasks whose clones wait for copies
         self._copies: dict[int, int] = {}       # task -> copies of its output (finished attempts)
@@ -691,7 +692,7 @@ class JmState(ExtraAttempts):
             # Another attempt of the task lives: it carries on as the first (the running one first).
             ex = self.extra[t]
             e = next((x for x in ex if x.state == RUNNING), ex[0])
-            self._promote(t, e, now, was_opp)
+            self._promote(t, e, now, was_opp, out)
             return
         st = self.stages[self.stage_of[t]]
         if event == "fail":

@@ -94,7 +94,8 @@ class JobEntry:
     demand_at: float = -1.0          # when its JM last sent a JobDemand
     tokens_at: float = -1.0          # when the last token message was sent to its JM
     clones: int = 1                  # Dolly: attempts per task (1: not cloned) ...
-    clone_cpu: float = 0.0           # ... and the CPUs of the clone budget granted for them
+    clone_cpu: float = 0.0           # ... and the CPUs of the clone budget granted for them ...
+    clones_low: bool = False         # ... running at low priority (granted above tau)
 
     def view(self) -> JobView:
         s = self.spec
@@ -357,7 +358,7 @@ class RmState:
         e.seq = seq = self._next_seq()
         e.offered_at = e.tokens_at = now
         e.last_tokens = msg = StartJob(e.job_id, e.spec, e.tokens, e.submitted_at, e.reply_to, seq,
-                                       e.generation, e.done, e.clones, e.clone_cpu)
+                                       e.generation, e.done, e.clones, e.clone_cpu, e.clones_low)
         return Send(e.host, msg)
 
     def _resend_tokens(self, e: JobEntry, now: float) -> Send | None:
@@ -514,7 +515,7 @@ class RmState:
         self._user_in[(leaf, user)] = self._user_in.get((leaf, user), 0) + 1
         self._tokens_dirty = True  # the others' shares moved; sent at the next round
         cap = self.capacity
-        e.clones, e.clone_cpu = self.clone_budget.grant(e.spec, cap, lambda: cap - sum(self._cpu_free))
+        e.clones, e.clone_cpu, e.clones_low = self.clone_budget.grant(e.spec, cap, lambda: cap - sum(self._cpu_free))
         out: list = [Log("job_admitted", (e.job_id, now, e.queue))]
         if not offer:
             return out

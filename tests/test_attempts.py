@@ -276,3 +276,71 @@ def test_delay_assignment_after_omega_clones_read_a_shared_copy_and_upstream_clo
     assert c.task == 2 and c.input_bytes == 2 * 400e6           # shared by two readers: twice as slow
     assert sorted(kills(out)) == sorted((s, a.attempt) for s, a in clone.values())
     j.validate()
+
+
+def test_delay_assignment_only_the_outputs_with_few_copies_read_slower():
+    j, first, clone = cloned_mapreduce()
+    s, a = first[0]
+    j.handle(status(s, a.attempt, TaskState.DONE, t0=0.0, t1=2.0, task=0), 2.0, Rng())
+    s, a = clone[0]                                  # map 0: two copies (its clone finished too)
+    j.handle(status(s, a.attempt, TaskState.DONE, t0=0.0, t1=2.5, task=0), 2.5, Rng())
+    s, a = first[1]
+    j.handle(status(s, a.attempt, TaskState.DONE, t0=0.0, t1=3.0, task=1), 3.0, Rng())
+    out = j.handle(Timer("clones"), 30.0, Rng())
+    (cs, c), = sent(out)
+    # map 1's output (half the input) is shared by two readers, map 0's is not: 1.5x the read
+    assert c.task == 2 and c.input_bytes == 1.5 * 400e6
+    j.validate()
+
+
+def test_omega_before_any_sample_is_one_exclusive_remote_read():
+    j, first, clone = cloned_mapreduce()
+    for t in (0, 1):
+        s, a = first[t]
+        out = j.handle(status(s, a.attempt, TaskState.DONE, t0=0.0, t1=2.0 + t, task=t), 2.0 + t, Rng())
+    (omega,) = [e.delay for e in out if isinstance(e, SetTimer) and e.key == "clones"]
+    assert omega == 400e6 / j.cfg.io.remote_bytes_per_s      # what sharing with one more would add
+
+
+def test_clones_granted_above_tau_run_at_low_priority_and_take_a_token_upgraded():
+    spec = JobSpec("j", [StageSpec("map", 1, np.full(1, 2.0))], max_retries=2)
+    j = JmState(1, spec, 4, 0.0, JmConfig(topology=TOPO), view(), clones=2, clone_cpu=1.0, clones_low=True)
+    (s0, first), (s1, c) = sent(j.start(0.0, Rng()))
+    assert not first.opportunistic and c.kind == AttemptKind.CLONE and c.opportunistic
+    j.handle(status(s1, c.attempt, TaskState.RUNNING, t0=0.1), 0.1, Rng())
+    out = j.handle(status(s0, first.attempt, TaskState.FAILED, t0=0.0, t1=0.5), 0.5, Rng())
+    ups = [e for e in out if isinstance(e, Send) and type(e.msg).__name__ == "UpgradeTask"]
+    assert [(int(u.to.split(":")[1]), u.msg.attempt) for u in ups] == [(s1, c.attempt)]
+    assert j.attempt[0] == c.attempt and j.used_tokens == 1.0 and j.clone_used == 0.0
+    j.validate()
+
+
+def test_a_cloned_task_whose_every_attempt_straggles_gets_a_copy():
+    spec = JobSpec("j", [StageSpec("map", 2, np.full(2, 2.0))], max_retries=2)
+    j = JmState(1, spec, 4, 0.0, JmConfig(topology=TOPO), view(), clones=2, clone_cpu=2.0)
+    got = sent(j.start(0.0, Rng()))
+    first = {t.task: (s, t) for s, t in got if t.kind == 0}
+    clone = {t.task: (s, t) for s, t in got if t.kind == AttemptKind.CLONE}
+    s, a = first[1]
+    j.handle(status(s, a.attempt, TaskState.DONE, t0=0.0, t1=2.1, task=1), 2.1, Rng())   # the baseline
+    cs, ca = clone[0]
+    j.handle(status(cs, ca.attempt, TaskState.RUNNING, t0=0.0), 0.1, Rng())
+    srv, f0 = first[0]
+    out = straggling(j, srv, f0, 8.0, progress=0.1)
+    (ksrv, copy), = sent(out)
+    assert copy.kind == AttemptKind.COPY and ksrv not in (srv, cs)
+    j.validate()
+
+
+def test_no_copy_while_a_clone_may_still_be_on_time():
+    spec = JobSpec("j", [StageSpec("map", 2, np.full(2, 2.0))], max_retries=2)
+    j = JmState(1, spec, 4, 0.0, JmConfig(topology=TOPO), view(), clones=2, clone_cpu=2.0)
+    got = sent(j.start(0.0, Rng()))
+    first = {t.task: (s, t) for s, t in got if t.kind == 0}
+    clone = {t.task: (s, t) for s, t in got if t.kind == AttemptKind.CLONE}
+    s, a = first[1]
+    j.handle(status(s, a.attempt, TaskState.DONE, t0=0.0, t1=2.1, task=1), 2.1, Rng())
+    cs, ca = clone[0]
+    j.handle(status(cs, ca.attempt, TaskState.RUNNING, t0=7.5), 7.5, Rng())   # it started late
+    srv, f0 = first[0]
+    assert not sent(straggling(j, srv, f0, 8.0, progress=0.1))

@@ -42,14 +42,20 @@ def job(tasks, cpu=1.0):
 def test_budget_admits_a_jobs_clones_all_or_none_and_never_beyond_beta():
     b = CloneBudget(CloneConfig(beta=0.05, p=0.2))
     cap = 100.0                                      # budget: 5 CPUs of clones
-    assert b.grant(job(1), cap, lambda: 0.0) == (2, 1.0)
-    assert b.grant(job(2), cap, lambda: 0.0) == (3, 4.0)     # 2 tasks x 2 clones
-    assert b.grant(job(1), cap, lambda: 0.0) == (1, 0.0)     # 5 used: one more would exceed
+    assert b.grant(job(1), cap, lambda: 0.0) == (2, 1.0, False)
+    assert b.grant(job(2), cap, lambda: 0.0) == (3, 4.0, False)     # 2 tasks x 2 clones
+    assert b.grant(job(1), cap, lambda: 0.0) == (1, 0.0, False)     # 5 used: one more would exceed
     assert b.used == 5.0
     b.release(4.0)
-    assert b.grant(job(11), cap, lambda: 0.0) == (1, 0.0)    # too big to clone
-    assert b.grant(job(1), cap, lambda: 79.5) == (1, 0.0)    # would pass tau = 80% utilization
-    assert b.grant(job(1), cap, lambda: 10.0) == (2, 1.0)
+    assert b.grant(job(11), cap, lambda: 0.0) == (1, 0.0, False)    # too big to clone
+    # above tau = 80% utilization: cloned at low priority, within the same budget ...
+    assert b.grant(job(1), cap, lambda: 79.5) == (2, 1.0, True)
+    assert b.grant(job(1), cap, lambda: 10.0) == (2, 1.0, False)
+    assert b.used == 3.0
+    assert b.grant(job(4), cap, lambda: 79.5) == (1, 0.0, False)    # ... never beyond it
+    # ... or, as in Dolly, not at all
+    strict = CloneBudget(CloneConfig(beta=0.05, p=0.2, low_above_tau=False))
+    assert strict.grant(job(1), cap, lambda: 79.5) == (1, 0.0, False)
     assert b.used <= 0.05 * cap
 
 
@@ -67,7 +73,7 @@ def test_clones_never_exceed_the_budget(ops, beta):
     held = []
     for admit, tasks, cpu, busy in ops:
         if admit or not held:
-            c, got = b.grant(job(tasks, cpu), cap, lambda: busy * cap)
+            c, got, _ = b.grant(job(tasks, cpu), cap, lambda: busy * cap)
             if c > 1:
                 assert got == pytest.approx((c - 1) * tasks * cpu)
                 held.append(got)
