@@ -38,10 +38,11 @@ import numpy as np
 
 from apollo.effects import Log, Send, SetTimer
 from apollo.lifecycle import AttemptKind, TaskState, step
-from apollo.cluster import NODE, REMOTE
+from apollo.cluster import NODE, REMOTE, locality_of
 from apollo.messages import Dispatch, KillTask, ProbeTask, TaskSpec, UpgradeTask
 
 from .matching import UNMATCHED
+from .policies.opportunistic import random_idle
 
 S = TaskState
 DISPATCHED, RUNNING, DONE, READY = int(S.DISPATCHED), int(S.RUNNING), int(S.DONE), int(S.READY)
@@ -118,6 +119,19 @@ class ExtraAttempts:
         if s == UNMATCHED or s in avoid:
             return UNMATCHED, 0.0, 0
         return s, float(wait[0]), int(where[0])
+
+    def _place_low(self, t: int, now: float, rng, avoid: set) -> tuple[int, float, int]:
+        """Where a low-priority (opportunistic) clone of ``t`` goes: as any opportunistic attempt,
+        a server drawn at random among those idle now (it runs only in idle room, so a server
+        with a short regular queue is no better than a busy one), never one in ``avoid``; where
+        none is idle, where a regular one would go."""
+        cpu = self.stages[self.stage_of.item(t)].spec.cpu
+        for s in random_idle(self.view, np.full(3, cpu), now, rng).tolist():
+            if s not in avoid:
+                st = self.stages[self.stage_of.item(t)]
+                reps = st.reps[t - st.offset] if st.reps is not None else None
+                return s, 0.0, locality_of(s, reps, self.cfg.topology.rack_of)
+        return self._place_extra(t, now, rng, avoid)
 
     def _servers_of(self, t: int) -> set:
         got = {self.server.item(t)}
@@ -356,7 +370,8 @@ class ExtraAttempts:
                 if self.clone_used + cpu > self.clone_cpu + 1e-9:
                     short.append(t)
                     continue
-                s, wait, where = self._place_extra(t, now, rng, self._servers_of(t))
+                place = self._place_low if self.clones_low else self._place_extra
+                s, wait, where = place(t, now, rng, self._servers_of(t))
                 if s == UNMATCHED:
                     continue
                 # the first clone reads the first copy; the others share copies when there are
