@@ -14,7 +14,10 @@ from 8x to 1.06x. Here: FB-2009 day 0 (the SWIM sample of the same trace) at ``-
 - dolly: cloning of jobs of <= 10 tasks within a clone budget of ``--beta`` of the cores (copies
   stay on for the jobs that are not cloned).
 
-Figures are pooled over ``--seeds`` seeds (each seed draws its own stragglers and placements).
+Figures are pooled over ``--seeds`` seeds (each seed draws its own stragglers and placements),
+run ``--workers`` at a time. Six by default: the small-job mean is set by a few dozen long jobs
+of 3-10 tasks per seed, and one of them straggling in every attempt moves a seed's figure by
+several points (seeds range 36-50% over copies); three seeds left the pooled figure +-2 points.
 slowest_over_median: per phase of a small job with at least two tasks, the slowest task's time
 (first start of any of its attempts to the end of the one that won) over the median task's,
 averaged over phases. extra_resources: CPU-seconds of attempts that lost their race (clones,
@@ -28,7 +31,9 @@ JSON: {"beta", "small_job_mean_s": {"none", "copies", "dolly"}, "slowest_over_me
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from collections import defaultdict
 
 import numpy as np
@@ -73,6 +78,23 @@ def measure(rec, cores_total: float) -> dict:
             "cluster_cpu_s": cores_total * max(t1 - t0, 1e-9)}
 
 
+def run_mode(trace: str, servers: int, racks: int, load: float, jobs: int, beta: float, seed: int,
+             mode: str) -> dict:
+    """One seed of one mode: the measurements of ``measure``."""
+    opts = MODES[mode]
+    wl = load_workload(trace, seed=seed, cluster_servers=servers).first(jobs)
+    cores = 4.0
+    # the load is the load the stragglers make: the trace's nominal work is scaled down by the
+    # model's mean slowdown (about 2.9x)
+    wl.scaled_to_load(load / DOLLY.mean(), servers * cores)
+    cfg = SimConfig(servers=servers, racks=racks, cores=cores, seed=seed, wire=False, stragglers=DOLLY,
+                    copies=opts["copies"], clone_beta=beta if opts["clone_beta"] is None else opts["clone_beta"])
+    rec, _, client = run(cfg, wl)
+    if client.finished != len(wl.jobs):
+        raise RuntimeError(f"{mode}, seed {seed}: {client.finished}/{len(wl.jobs)} jobs ended")
+    return measure(rec, servers * cores)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="apollo bench dolly", description=__doc__.split("\n\n")[0])
     p.add_argument("--trace", default=None, help=f"a SWIM trace (default: ../shared/traces/{TRACE})")
@@ -82,35 +104,32 @@ def main(argv: list[str] | None = None) -> int:
                    help="the load with stragglers (Dolly clones only below 80%% utilization: at 0.5 FB-2009's big jobs keep the cluster above it a fifth of the time)")
     p.add_argument("--jobs", type=int, default=1500, help="the trace's first K jobs")
     p.add_argument("--beta", type=float, default=0.05, help="the clone budget, a fraction of the cores")
-    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--seeds", type=int, default=6)
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="simulations run at once")
     p.add_argument("--json")
     p.add_argument("--plot", metavar="PNG")
     a = p.parse_args(argv)
     trace = a.trace or shared_trace(TRACE)
     pooled = {m: {"small": [], "ratios": [], "lost_cpu_s": 0.0, "won_cpu_s": 0.0, "cluster_cpu_s": 0.0}
               for m in MODES}
-    for seed in range(1, a.seeds + 1):
-        for mode, opts in MODES.items():
-            wl = load_workload(trace, seed=seed, cluster_servers=a.servers).first(a.jobs)
-            cores = 4.0
-            # --load is the load the stragglers make: the trace's nominal work is scaled down by the
-            # model's mean slowdown (about 2.9x)
-            wl.scaled_to_load(a.load / DOLLY.mean(), a.servers * cores)
-            beta = a.beta if opts["clone_beta"] is None else opts["clone_beta"]
-            cfg = SimConfig(servers=a.servers, racks=a.racks, cores=cores, seed=seed, wire=False,
-                            stragglers=DOLLY, copies=opts["copies"], clone_beta=beta)
-            rec, _, client = run(cfg, wl)
-            if client.finished != len(wl.jobs):
-                raise RuntimeError(f"{mode}, seed {seed}: {client.finished}/{len(wl.jobs)} jobs ended")
-            m = measure(rec, a.servers * cores)
-            acc = pooled[mode]
-            acc["small"] += m["small"]
-            acc["ratios"] += m["ratios"]
-            for k in ("lost_cpu_s", "won_cpu_s", "cluster_cpu_s"):
-                acc[k] += m[k]
-            print(f"seed {seed} {mode:>6}: small-job mean {np.mean(m['small']):.2f}s over {len(m['small'])} jobs, "
-                  f"slowest/median {np.mean(m['ratios']):.2f}, lost {m['lost_cpu_s'] / m['cluster_cpu_s']:.2%} "
-                  f"of the cluster", flush=True)
+    runs = [(seed, mode) for seed in range(1, a.seeds + 1) for mode in MODES]
+    args = [(str(trace), a.servers, a.racks, a.load, a.jobs, a.beta, seed, mode) for seed, mode in runs]
+    if a.workers > 1:
+        # (separate processes: each simulation is single-threaded and seeded, so the figures are
+        # the same as one after the other)
+        with ProcessPoolExecutor(max_workers=a.workers) as ex:
+            results = list(ex.map(run_mode, *zip(*args)))
+    else:
+        results = [run_mode(*x) for x in args]
+    for (seed, mode), m in zip(runs, results):
+        acc = pooled[mode]
+        acc["small"] += m["small"]
+        acc["ratios"] += m["ratios"]
+        for k in ("lost_cpu_s", "won_cpu_s", "cluster_cpu_s"):
+            acc[k] += m[k]
+        print(f"seed {seed} {mode:>6}: small-job mean {np.mean(m['small']):.2f}s over {len(m['small'])} jobs, "
+              f"slowest/median {np.mean(m['ratios']):.2f}, lost {m['lost_cpu_s'] / m['cluster_cpu_s']:.2%} "
+              f"of the cluster", flush=True)
     mean = {m: float(np.mean(v["small"])) for m, v in pooled.items()}
     ratio = {m: float(np.mean(v["ratios"])) for m, v in pooled.items()}
     extra = {m: v["lost_cpu_s"] / v["cluster_cpu_s"] for m, v in pooled.items()}
