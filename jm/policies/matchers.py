@@ -71,7 +71,41 @@ class StableMatching(Matcher):
         if b.cfg.max_rounds >= 1 and (len(pick) <= 1 or _most_picked(pick.tolist()) <= cap):
             return (np.where(fin, srv, UNMATCHED), np.where(fin, b.W[rows, best], 0.0),
                     np.where(fin, b.loc[rows, best], REMOTE))
+        return _match_seats(b, cap)
+
+
+def _match_seats(b: Batch, cap: int):
+    """Stable matching where each server is a few seats: tasks of one batch that would all
+    rather go to the same server are not turned away after the first (to a worse server, or to
+    the next batch) but take its next seats, each priced with the wait the batch-mates before
+    it add there: none while the server has a core free for each, then the occupancy per core
+    of one more task each (what the greedy matcher charges too). A server has as many seats
+    as it has cores: more tasks than that from one batch would all queue there. The wait
+    returned is the server's own reading, as on the fast path: the seat's price is this
+    batch's guess, and the duplicate triggers look again at a task whose PN then plans a
+    much later start."""
+    C, cand, W = b.C, b.cand, b.W
+    B, K = cand.shape
+    Q = max(1, int(b.topology.cores))
+    if Q == 1:
         return stable_match(cand, C, b.cfg.max_rounds, capacity=cap), None, None
+    load = b.runtime * b.cpu / b.topology.cores
+    free = np.floor(b.view.free_cpu(cand.ravel(), b.now).reshape(B, K) / b.cpu[:, None] + 1e-9)
+    seat = np.arange(Q)[None, None, :]
+    ahead = np.maximum(seat + 1 - np.maximum(free, 1.0)[:, :, None], 0.0)    # batch-mates to wait for
+    extra = ahead * load[:, None, None]
+    got = stable_match((cand[:, :, None] * Q + seat).reshape(B, K * Q), (C[:, :, None] + extra).reshape(B, K * Q),
+                       b.cfg.max_rounds, capacity=cap)
+    ok = got != UNMATCHED
+    srv = np.where(ok, got // Q, UNMATCHED)
+    wait = np.zeros(B)
+    where = np.full(B, REMOTE)
+    if ok.any():
+        r = np.flatnonzero(ok)
+        k = (cand[r] == srv[r, None]).argmax(axis=1)
+        wait[r] = W[r, k]
+        where[r] = b.loc[r, k]
+    return srv, wait, where
 
 
 class GreedyMatching(Matcher):

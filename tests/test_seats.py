@@ -1,0 +1,43 @@
+"""Stable matching's seats: tasks of one batch that all prefer one server share it while it has
+cores free for them, and then only while queueing there behind each other beats the
+alternatives (jm/policies/matchers.py, _match_seats)."""
+import numpy as np
+
+from apollo.cluster import Topology
+from apollo.effects import Send
+from apollo.messages import Dispatch
+from apollo.spec import JobSpec, StageSpec
+from jm.state import JmConfig, JmState
+from jm.view import ViewCache
+
+from helpers import Rng
+
+TOPO = Topology(20, 4)      # 4 cores a server
+
+
+def placed(busy_wait: float, free_at_3: bool, tasks: int = 3, dur: float = 2.0):
+    """Server 3 is the one lightly loaded server (idle, or busy with a short queue); every other
+    server reads ``busy_wait`` s for any shape. Returns the servers the job's tasks went to."""
+    v = ViewCache(20, cores=4.0)
+    v.matrices[:] = busy_wait
+    v.matrices[3] = 0.0 if free_at_3 else 0.5
+    v.stamps[:] = 0.0
+    v.lightly_loaded = np.array([3], dtype=np.int32)
+    spec = JobSpec("j", [StageSpec("map", tasks, np.full(tasks, dur))])
+    j = JmState(1, spec, tasks, 0.0, JmConfig(topology=TOPO), v)
+    out = j.start(0.0, Rng())
+    return sorted(int(e.to.split(":")[1]) for e in out if isinstance(e, Send) and isinstance(e.msg, Dispatch)
+                  for _ in e.msg.tasks)
+
+
+def test_an_idle_server_takes_as_many_of_a_batch_as_it_has_cores_free():
+    assert placed(busy_wait=100.0, free_at_3=True, tasks=3) == [3, 3, 3]
+
+
+def test_a_busy_server_takes_more_only_while_queueing_there_is_cheaper():
+    # server 3 busy with a short queue: each batch-mate ahead adds 2 s x 1 cpu / 4 cores there,
+    # far less than 100 s elsewhere
+    assert placed(busy_wait=100.0, free_at_3=False, tasks=3) == [3, 3, 3]
+    # ... but not when the other servers are nearly as good
+    got = placed(busy_wait=0.6, free_at_3=False, tasks=3)
+    assert got.count(3) == 1
