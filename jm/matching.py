@@ -99,6 +99,29 @@ def stable_match(cand: np.ndarray, cost: np.ndarray, max_rounds: int = 32,
     return result
 
 
+def seat_match(cand: np.ndarray, cost: np.ndarray, load: np.ndarray, free: np.ndarray, seats: int,
+               max_rounds: int = 32, capacity: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Stable matching where each server is ``seats`` seats and the q-th seat of server
+    ``cand[b, k]`` costs task b ``cost[b, k]`` plus ``load[b]`` for each batch-mate it waits
+    behind there: ``max(0, q + 1 - max(free[b, k], 1))`` of them (``free``: tasks of b's size
+    the server can start at once). Returns (server or UNMATCHED, seat) per task; the matching is
+    stable over the seats (``seat_costs``)."""
+    cx, Cx = seat_costs(cand, cost, load, free, seats)
+    got = stable_match(cx, Cx, max_rounds, capacity=capacity)
+    ok = got != UNMATCHED
+    return np.where(ok, got // seats, UNMATCHED), np.where(ok, got % seats, 0)
+
+
+def seat_costs(cand: np.ndarray, cost: np.ndarray, load: np.ndarray, free: np.ndarray,
+               seats: int) -> tuple[np.ndarray, np.ndarray]:
+    """(seat ids, seat costs), each [B, K * seats]: seat q of server s is s * seats + q."""
+    B, K = cand.shape
+    q = np.arange(seats)[None, None, :]
+    ahead = np.maximum(q + 1 - np.maximum(free, 1.0)[:, :, None], 0.0)
+    return ((cand[:, :, None] * seats + q).reshape(B, K * seats),
+            (cost[:, :, None] + ahead * load[:, None, None]).reshape(B, K * seats))
+
+
 def greedy_match(cand: np.ndarray, cost: np.ndarray, load: np.ndarray | None = None) -> np.ndarray:
     """Each task in row order takes its cheapest candidate; a taken server's cost for later
     tasks rises by ``load[b]`` (the taker's expected occupancy), updating as it goes."""

@@ -143,3 +143,30 @@ def test_capacity_matching_fills_no_server_beyond_capacity_and_is_stable(inst, c
     roomy = stable_match(cand, cost, 10**6, capacity=len(cand))
     best = np.where(np.isfinite(cost).any(axis=1), cand[np.arange(len(cand)), cost.argmin(axis=1)], UNMATCHED)
     assert roomy.tolist() == best.tolist()
+
+
+@given(instances(), st.integers(1, 4), st.integers(0, 2**31))
+def test_seat_matching_is_stable_over_seats_and_fills_no_server_beyond_them(inst, seats, seed):
+    """Stable matching's seats (jm/policies/matchers.py): a server takes at most ``seats`` of a
+    batch, each task at one of its candidates and in one seat; no task would rather have a
+    seat held by a task that saves less there (stable over the seats' costs); and a task that
+    takes a later seat pays at least what the seats before it cost it."""
+    from jm.matching import seat_costs, seat_match
+    cand, cost = inst
+    rng = np.random.default_rng(seed)
+    load = rng.exponential(size=len(cand))
+    free = rng.integers(0, 3, size=cand.shape).astype(float)
+    srv, seat = seat_match(cand, cost, load, free, seats, 10**6)
+    got = srv[srv != UNMATCHED].tolist()
+    assert all(got.count(s) <= seats for s in set(got))
+    placed = [(int(s), int(q)) for s, q in zip(srv, seat) if s != UNMATCHED]
+    assert len(placed) == len(set(placed))                      # one task a seat
+    for b, s in enumerate(srv):
+        if s != UNMATCHED:
+            assert np.isfinite(cost[b, int(np.flatnonzero(cand[b] == s)[0])])
+    cx, Cx = seat_costs(cand, cost, load, free, seats)
+    assert is_stable(cx, Cx, np.where(srv != UNMATCHED, srv * seats + seat, UNMATCHED))
+    # seat prices never fall along a server's seats
+    C3 = Cx.reshape(len(cand), cand.shape[1], seats)
+    fin = np.isfinite(C3)
+    assert np.all(np.diff(np.where(fin, C3, 0.0), axis=2) >= 0) and np.all(fin == fin[:, :, :1])

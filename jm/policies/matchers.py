@@ -20,7 +20,7 @@ from apollo.cluster import REMOTE
 
 from .. import estimate as est
 from ..candidates import candidate_rows
-from ..matching import UNMATCHED, greedy_match, stable_match
+from ..matching import UNMATCHED, greedy_match, seat_match, stable_match
 from .batch import Batch
 
 
@@ -89,15 +89,9 @@ def _match_seats(b: Batch, cap: int):
     Q = max(1, int(b.topology.cores))
     if Q == 1:
         return stable_match(cand, C, b.cfg.max_rounds, capacity=cap), None, None
-    load = b.runtime * b.cpu / b.topology.cores
     free = np.floor(b.view.free_cpu(cand.ravel(), b.now).reshape(B, K) / b.cpu[:, None] + 1e-9)
-    seat = np.arange(Q)[None, None, :]
-    ahead = np.maximum(seat + 1 - np.maximum(free, 1.0)[:, :, None], 0.0)    # batch-mates to wait for
-    extra = ahead * load[:, None, None]
-    got = stable_match((cand[:, :, None] * Q + seat).reshape(B, K * Q), (C[:, :, None] + extra).reshape(B, K * Q),
-                       b.cfg.max_rounds, capacity=cap)
-    ok = got != UNMATCHED
-    srv = np.where(ok, got // Q, UNMATCHED)
+    srv, _ = seat_match(cand, C, b.runtime * b.cpu / b.topology.cores, free, Q, b.cfg.max_rounds, cap)
+    ok = srv != UNMATCHED
     wait = np.zeros(B)
     where = np.full(B, REMOTE)
     if ok.any():
