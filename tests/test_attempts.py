@@ -315,24 +315,9 @@ def test_clones_granted_above_tau_run_at_low_priority_and_take_a_token_upgraded(
     j.validate()
 
 
-def test_a_cloned_task_whose_every_attempt_straggles_gets_a_copy():
-    spec = JobSpec("j", [StageSpec("map", 2, np.full(2, 2.0))], max_retries=2)
-    j = JmState(1, spec, 4, 0.0, JmConfig(topology=TOPO), view(), clones=2, clone_cpu=2.0)
-    got = sent(j.start(0.0, Rng()))
-    first = {t.task: (s, t) for s, t in got if t.kind == 0}
-    clone = {t.task: (s, t) for s, t in got if t.kind == AttemptKind.CLONE}
-    s, a = first[1]
-    j.handle(status(s, a.attempt, TaskState.DONE, t0=0.0, t1=2.1, task=1), 2.1, Rng())   # the baseline
-    cs, ca = clone[0]
-    j.handle(status(cs, ca.attempt, TaskState.RUNNING, t0=0.0), 0.1, Rng())
-    srv, f0 = first[0]
-    out = straggling(j, srv, f0, 8.0, progress=0.1)
-    (ksrv, copy), = sent(out)
-    assert copy.kind == AttemptKind.COPY and ksrv not in (srv, cs)
-    j.validate()
-
-
-def test_no_copy_while_a_clone_may_still_be_on_time():
+def cloned_peers(clone_started: float):
+    """Two 2 s tasks, cloned: task 1 ends on time (the baseline); task 0's clone started at
+    ``clone_started``. Returns (JM, task 0's first (server, spec), its clone's server)."""
     spec = JobSpec("j", [StageSpec("map", 2, np.full(2, 2.0))], max_retries=2)
     j = JmState(1, spec, 4, 0.0, JmConfig(topology=TOPO), view(), clones=2, clone_cpu=2.0)
     got = sent(j.start(0.0, Rng()))
@@ -341,6 +326,18 @@ def test_no_copy_while_a_clone_may_still_be_on_time():
     s, a = first[1]
     j.handle(status(s, a.attempt, TaskState.DONE, t0=0.0, t1=2.1, task=1), 2.1, Rng())
     cs, ca = clone[0]
-    j.handle(status(cs, ca.attempt, TaskState.RUNNING, t0=7.5), 7.5, Rng())   # it started late
-    srv, f0 = first[0]
+    j.handle(status(cs, ca.attempt, TaskState.RUNNING, t0=clone_started), max(clone_started, 0.1), Rng())
+    return j, first[0], cs
+
+
+def test_a_cloned_task_whose_every_attempt_straggles_gets_a_copy():
+    j, (srv, f0), cs = cloned_peers(clone_started=0.0)
+    out = straggling(j, srv, f0, 8.0, progress=0.1)
+    (ksrv, copy), = sent(out)
+    assert copy.kind == AttemptKind.COPY and ksrv not in (srv, cs)
+    j.validate()
+
+
+def test_no_copy_while_a_clone_may_still_be_on_time():
+    j, (srv, f0), _ = cloned_peers(clone_started=7.5)      # the clone started late
     assert not sent(straggling(j, srv, f0, 8.0, progress=0.1))
