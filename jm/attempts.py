@@ -146,8 +146,7 @@ class ExtraAttempts:
         triggers, each "significantly" (JmConfig.dup_factor x + dup_slack_s): (i) the updated
         expected wait against the one the decision used; (ii) it against the stage's average;
         (iii) the wait so far against that average. A trigger re-runs the placement; a server
-        that would start and read the task significantly sooner, and start it about now (within
-        dup_slack_s), gets a duplicate."""
+        that would start and read the task significantly sooner gets a duplicate."""
         if t in self.extra or self._dup_done.get(t) == self.attempt.item(t):
             return
         cfg = self.cfg
@@ -177,12 +176,8 @@ class ExtraAttempts:
         left = max(upd - elapsed, elapsed - decided) if new_wait is None else max(upd - elapsed, 0.0)
         here = left + io.io_time(in_b, self.locality.item(t))
         there = wait + io.io_time(in_b, where)
-        if there + slack >= here or f * there > here or wait > slack:
-            # not significantly better, or it would queue there: a duplicate holds nothing, and
-            # queued it is a phantom in that server's queue, making every JM's view of the
-            # server worse until it is killed (YH1 at 0.95: twice the duplicates and 4% on the
-            # mean job, 40% on the median, against only where it starts at once)
-            return
+        if there + slack >= here or f * there > here:
+            return          # not significantly better: leave it where it is
         self._send_extra(t, DUPLICATE, s, wait, where, now, out, HOLD_NONE, trigger)
         out.append(Log("duplicate", (self.job_id, t, trigger)))
 
