@@ -125,10 +125,9 @@ class ExtraAttempts:
         a server drawn at random among those idle now (it runs only in idle room, so a server
         with a short regular queue is no better than a busy one), never one in ``avoid``; where
         none is idle, where a regular one would go."""
-        cpu = self.stages[self.stage_of.item(t)].spec.cpu
-        for s in random_idle(self.view, np.full(3, cpu), now, rng).tolist():
+        st = self.stages[self.stage_of.item(t)]
+        for s in random_idle(self.view, np.full(3, st.spec.cpu), now, rng).tolist():
             if s not in avoid:
-                st = self.stages[self.stage_of.item(t)]
                 reps = st.reps[t - st.offset] if st.reps is not None else None
                 return s, 0.0, locality_of(s, reps, self.cfg.topology.rack_of)
         return self._place_extra(t, now, rng, avoid)
