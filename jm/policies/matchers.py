@@ -84,22 +84,14 @@ def _match_seats(b: Batch, cap: int):
     returned is the server's own reading, as on the fast path: the seat's price is this
     batch's guess, and the duplicate triggers look again at a task whose PN then plans a
     much later start."""
-    C, cand, W = b.C, b.cand, b.W
+    C, cand = b.C, b.cand
     B, K = cand.shape
     Q = max(1, int(b.topology.cores))
     if Q == 1:
         return stable_match(cand, C, b.cfg.max_rounds, capacity=cap), None, None
     free = np.floor(b.view.free_cpu(cand.ravel(), b.now).reshape(B, K) / b.cpu[:, None] + 1e-9)
     srv, _ = seat_match(cand, C, b.runtime * b.cpu / b.topology.cores, free, Q, b.cfg.max_rounds, cap)
-    ok = srv != UNMATCHED
-    wait = np.zeros(B)
-    where = np.full(B, REMOTE)
-    if ok.any():
-        r = np.flatnonzero(ok)
-        k = (cand[r] == srv[r, None]).argmax(axis=1)
-        wait[r] = W[r, k]
-        where[r] = b.loc[r, k]
-    return srv, wait, where
+    return srv, None, None      # (the pipeline reads each task's wait and locality there)
 
 
 class GreedyMatching(Matcher):
