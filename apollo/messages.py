@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, fields
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, dataclass_transform
 
 import msgpack
 import numpy as np
@@ -231,6 +231,7 @@ def _fast_decoder(cls: type) -> Callable:
     return ns["decode"]
 
 
+@dataclass_transform()
 def message(code: int = -1, **codecs: Codec) -> Callable[[type], type]:
     """Class decorator: make a slotted dataclass, attach codecs in field order, register ``code``."""
     def wrap(cls: type) -> type:

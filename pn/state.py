@@ -434,13 +434,13 @@ class PnState:
         starts = []
         inf = float("inf")
         pc = pm = pd = inf        # the last planned task's shape, runtime and start
-        pt = None
+        pt: float | None = None
         for a in self.queue:
             s = a.spec
             c, m, d = s.cpu, s.mem_gb, s.est_runtime_s
             # A task at least as big and long as the one planned before it cannot start before
             # it: free room only shrank since (queues of like tasks plan in O(n log n), not n^2).
-            after = pt if (c >= pc and m >= pm and d >= pd) else None
+            after: float | None = pt if (c >= pc and m >= pm and d >= pd) else None
             if after == inf:
                 t = inf
             else:
@@ -471,7 +471,7 @@ class PnState:
                     fc += a.spec.cpu
                     fm += a.spec.mem_gb
             if q and not any(a.spec.cpu <= fc and a.spec.mem_gb <= fm for a in q):
-                q = None
+                q = []             # nothing that fits: no plan
         if q:
             _, starts = self._plan(now)
             keep = []
@@ -643,10 +643,13 @@ class PnState:
         # Piggyback the last computed reading with its own timestamp rather than re-planning the
         # queue on every report (unless fresh_reports): the heartbeat due within heartbeat_s
         # carries a fresh one.
-        if self._matrix is None and (self._last_m is None or (
-                self.cfg.fresh_reports and now - self._last_t >= self.cfg.replan_after_s)):
-            self._reading(now)
-        m, t = (self._matrix, self._matrix_time) if self._matrix is not None else (self._last_m, self._last_t)
+        m = self._matrix
+        if m is not None:
+            t = self._matrix_time
+        else:
+            m, t = self._last_m, self._last_t
+            if m is None or (self.cfg.fresh_reports and now - t >= self.cfg.replan_after_s):
+                m, t = self._reading(now), now
         jm_at = self.jm_at
         default = self._jm_default
         for job_id, reps in reports.items():

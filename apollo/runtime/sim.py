@@ -90,6 +90,10 @@ def _checked(handle: Callable) -> Callable:
     return checked
 
 
+def _no_task_model(address: str, task: Any, locality: int, slowdown: float) -> tuple[float, bool]:
+    raise TypeError(f"{address} launched task {task.key} but this simulation has no task model")
+
+
 class SimRuntime:
     def __init__(self, seed: int = 0, net: NetModel | None = None, wire: bool = True,
                  task_model: Callable | None = None, log_sink: Callable | None = None,
@@ -113,7 +117,7 @@ class SimRuntime:
         self._next_delay = 0
         self.net = net or NetModel()
         self.wire = wire
-        self.task_model = task_model
+        self.task_model: Callable = task_model or _no_task_model
         self.log_sink = log_sink or (lambda kind, data, now: None)
         self.nodes: dict[str, _Node] = {}
         self.routes: dict[str, str] = {}                  # address prefix -> actor address ("jm" -> "jmhost")
@@ -263,7 +267,8 @@ class SimRuntime:
         on = self.hugepages if self.hugepages is not None else len(self.nodes) >= HUGEPAGES_MIN_NODES
         if on and self.pager is None:
             self.pager = HeapPager()
-        return self.pager if on and self.pager.available else None
+        pager = self.pager
+        return pager if on and pager is not None and pager.available else None
 
     def _deliver_local(self, addr: str, event: Any) -> None:
         node = self.nodes[addr]
