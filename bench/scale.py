@@ -8,14 +8,22 @@ Reported per size: placement decisions per wall second and wall seconds per
 task (the whole run: kernel, PNs, RM, JMs). Messages skip the msgpack
 round trip here (the simulator's ``wire=False``): every other simulation and
 the test suite exercise the codec; this benchmark measures the scheduler.
+
+By default (``--native auto``) the run uses the compiled event kernel and PN
+(apollo.native: the same modules built with mypyc, the same results), building
+them first if this machine can and they are not built yet, and says which it
+ran; ``--native off`` measures the interpreted modules.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
+
+from apollo import native
 
 from apollo.simulate import SimConfig, run_simulation
 from apollo.workloads import load_workload
@@ -24,6 +32,7 @@ from rm.queues import load_queue_file
 
 DEFAULT_SERVERS = (100, 1000, 5000, 20000)
 SERVERS_PER_RACK = 40
+RELAUNCHED = "APOLLO_BENCH_RELAUNCHED"      # set in the process _run_native starts (no second relaunch)
 
 
 def run_one(servers: int, seconds: float, seed: int = 1, queues: str | None = None, assign_rule: str = "size") -> dict:
@@ -54,9 +63,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queues", metavar="FILE", help="run inside this queue file's sharing plane")
     p.add_argument("--assign", default="size", help="how jobs spread over the queues (apollo simulate --assign)")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--native", choices=("auto", "on", "off"), default="auto",
+                   help="the compiled kernel and PN (apollo.native): auto uses them when they can be built")
     a = p.parse_args(argv)
+    if a.native != "off" and not native.loaded():
+        if os.environ.get(RELAUNCHED):
+            if a.native == "on":
+                raise SystemExit("apollo bench scale --native on: the compiled modules did not load")
+        else:
+            _run_native(sys.argv[1:] if argv is None else argv, required=a.native == "on")
     sizes = [int(x) for x in a.servers.split(",") if x]
     rows = []
+    print("compiled kernel and PN (apollo.native)" if native.loaded() else "interpreted modules")
     print(f"{'servers':>8} {'tasks':>9} {'sim s':>7} {'wall s':>8} {'decisions/wall s':>17} {'wall us/task':>13} {'node loc':>9}")
     for n in sizes:
         r = run_one(n, a.seconds, a.seed, a.queues, a.assign)
@@ -65,12 +83,30 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['wall_s_per_task'] * 1e6:>13.1f} {r['locality_node']:>9.1%}", flush=True)
         if r["jobs_completed"] != r["jobs"]:
             print(f"  warning: only {r['jobs_completed']} of {r['jobs']} jobs completed", file=sys.stderr)
-    out = {"servers": sizes, "queues": a.queues, "decisions_per_wall_s": [r["decisions_per_wall_s"] for r in rows],
+    out = {"servers": sizes, "queues": a.queues, "native": native.loaded(), "decisions_per_wall_s": [r["decisions_per_wall_s"] for r in rows],
            "wall_s_per_task": [r["wall_s_per_task"] for r in rows], "seconds": a.seconds, "runs": rows}
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2) + "\n")
         print(f"results: {a.json}")
     return 0
+
+
+def _run_native(argv: list[str], required: bool) -> None:
+    """Build the compiled modules if need be, then run this benchmark again in a process that
+    loads them (they must load before the modules are first imported: this process has
+    imported them). Returns only when they cannot be built and were not required."""
+    try:
+        if not native.built():
+            print("building the compiled kernel and PN (apollo.native; once per source version)...",
+                  file=sys.stderr, flush=True)
+        native.build()
+    except native.NativeBuildError as e:
+        if required:
+            raise SystemExit(f"apollo bench scale --native on: {e}")
+        print(f"(running interpreted: {e})", file=sys.stderr)
+        return
+    code = "import sys; from bench.scale import main; sys.exit(main(sys.argv[1:]))"
+    os.execve(sys.executable, [sys.executable, "-c", code, *argv], dict(os.environ, **{native.ENV: "1", RELAUNCHED: "1"}))
 
 
 if __name__ == "__main__":

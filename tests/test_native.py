@@ -1,0 +1,103 @@
+"""apollo.native: the compiled kernel and PN load only for the sources they were built from, and
+compute what the interpreted modules compute."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from apollo import native
+
+ROOT = native.ROOT
+
+
+def _copy_sources(dest: Path) -> None:
+    for m in native.MODULES + native.DEPENDS + ("jm.state",):
+        src = native._source(m)
+        out = native._source(m, dest)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, out)
+
+
+def test_a_build_is_named_after_the_sources_it_is_compiled_from_and_against(tmp_path):
+    _copy_sources(tmp_path)
+    key = native.source_key(tmp_path)
+    assert key == native.source_key(tmp_path)
+    native._source("jm.state", tmp_path).write_text("# not compiled, not imported by what is\n")
+    assert native.source_key(tmp_path) == key
+    for m in ("pn.state", "apollo.messages"):        # compiled; imported by what is
+        p = native._source(m, tmp_path)
+        text = p.read_text()
+        p.write_text(text + "\n# edited\n")
+        assert native.source_key(tmp_path) != key, m
+        p.write_text(text)
+    assert native.source_key(tmp_path) == key
+
+
+def test_every_project_module_the_compiled_ones_import_is_part_of_the_key():
+    named = set(native.MODULES + native.DEPENDS)
+    for m in native.MODULES:
+        tree = ast.parse(native._source(m).read_text())
+        package = m.rsplit(".", 1)[0]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:               # relative: from the module's own package
+                    base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + [base]).strip(".")
+                found = [base]
+            elif isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            else:
+                continue
+            for name in found:
+                if name.split(".")[0] in native.PACKAGES and name not in native.PACKAGES:
+                    assert name in named, f"{m} imports {name}, which the build key does not cover"
+
+
+def _run(code: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=240)
+
+
+def test_asking_for_a_build_that_does_not_exist_runs_the_python_and_says_why(tmp_path):
+    env = dict(os.environ, APOLLO_NATIVE="1", APOLLO_NATIVE_CACHE=str(tmp_path))
+    r = _run("import apollo.runtime.sim as s; from apollo import native; print(native.loaded(), s.__file__)", env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[0] == "False" and r.stdout.split()[1].endswith(".py")
+    assert "no build of these sources" in r.stderr
+
+
+SIMULATE = """
+import json
+from apollo import native
+from apollo.simulate import SimConfig, run_simulation
+from apollo.stragglers import DOLLY
+from apollo.workloads import load_workload
+w = load_workload("heavytail", seed=4)
+w.jobs = w.jobs[:120]
+r = run_simulation(w, SimConfig(servers=120, racks=6, seed=4, opportunistic=True, stragglers=DOLLY))
+for k in ("throughput",):
+    r.pop(k, None)
+print(json.dumps({"native": native.loaded(), "report": r}, sort_keys=True, default=str))
+"""
+
+
+@pytest.mark.skipif(bool(native.missing_tools()), reason=f"cannot compile here: {native.missing_tools()}")
+def test_the_compiled_modules_give_the_same_report(tmp_path):
+    env = dict(os.environ, APOLLO_NATIVE_CACHE=str(tmp_path))
+    env.pop("APOLLO_NATIVE", None)
+    b = _run("from apollo import native; print(native.build())", env)
+    assert b.returncode == 0, b.stderr
+    plain = _run(SIMULATE, env)
+    compiled = _run(SIMULATE, dict(env, APOLLO_NATIVE="1"))
+    assert plain.returncode == 0, plain.stderr
+    assert compiled.returncode == 0, compiled.stderr
+    p, c = json.loads(plain.stdout), json.loads(compiled.stdout)
+    assert (p["native"], c["native"]) == (False, True)
+    assert p["report"] == c["report"]
