@@ -59,27 +59,34 @@ def options_one(reps: list[int], in_bytes: float, runtime: float, shape: int, cp
     noise = rng.random(len(cand)).tolist() if ecfg.tie_noise_s > 0 else None
     C, E, W = [], [], []
     prev = None
+    ncpu = len(view.cpu_grid)
     for k, c in enumerate(cand):
-        row = matrices[c]
-        wait = float(row[shape])
-        stamp = float(stamps[c])
+        if c == prev:        # a repeat: not a choice (its figures are the server's, as before)
+            C.append(INF)
+            E.append(E[-1])
+            W.append(W[-1])
+            continue
+        prev = c
+        # (plain floats read once: a numpy scalar per field read cost more than the arithmetic)
+        row = matrices[c].tolist()
+        wait = row[shape]
+        stamp = stamps.item(c)
         drained = max(wait - max(now - stamp, 0.0), 0.0)
         age = min(max(now - max(stamp, vtime), 0.0), ecfg.max_stale_s)
         w = drained + ecfg.stale_penalty * age
         # view.pending_wait: this host's sends after the reading, unless the server still has room
-        mine = stamp <= float(sent_at[c])
-        sent = float(sent_wait[c]) if mine else 0.0
-        fits = sum(1 for ci in range(len(view.cpu_grid)) if float(row[ci * nm]) - (now - stamp) <= 0.0)
-        free = float(free_of[fits]) - (float(sent_cpu[c]) if mine else 0.0)
+        mine = stamp <= sent_at.item(c)
+        sent = sent_wait.item(c) if mine else 0.0
+        fits = sum(1 for ci in range(ncpu) if row[ci * nm] - (now - stamp) <= 0.0)
+        free = free_of.item(fits) - (sent_cpu.item(c) if mine else 0.0)
         w = w + (0.0 if free >= cpu - 1e-9 else sent)
         e = (io.init_s + in_bytes / bw[loc[k]]) + w + runtime
-        p = ecfg.failure_prior if fail_rate is None else max(float(fail_rate[c]), ecfg.failure_prior)
+        p = ecfg.failure_prior if fail_rate is None else max(fail_rate.item(c), ecfg.failure_prior)
         cost = (1.0 - p) * e + ecfg.kfail * p * e
         if noise is not None:
             cost = cost + noise[k] * ecfg.tie_noise_s
-        if not alive[c] or wait >= 1e8 or c == prev:      # dead, never fits, or a repeat
+        if not alive.item(c) or wait >= 1e8:      # dead, or never fits
             cost = INF
-        prev = c
         C.append(cost)
         E.append(e)
         W.append(w)

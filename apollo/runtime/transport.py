@@ -193,6 +193,7 @@ class _Conn(asyncio.Protocol):
                 self.buf = self.buf[pos:]       # a fresh object: no resize under live views
         elif pos < n:
             self.buf = bytearray(data[pos:])
+        node.flush_now()                # what handling these frames sent goes out now
 
     # ---- frames --------------------------------------------------------------------
     def _on_data(self, v: Any) -> None:
@@ -314,10 +315,12 @@ class _Conn(asyncio.Protocol):
     def _schedule_flush(self) -> None:
         if not self.flush_scheduled and self.out and self.state == READY:
             self.flush_scheduled = True
+            self.node._dirty[self] = None
             self.node._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self.flush_scheduled = False
+        self.node._dirty.pop(self, None)
         if self.state != READY or not self.out or self.paused or self.transport.is_closing():
             return                      # a closing transport: connection_lost drops and logs these
         data = self.out
@@ -376,6 +379,7 @@ class Node:
         self._dialling: set[asyncio.Task] = set()
         self._backoff: dict[str, tuple[float, float]] = {}   # target -> (retry_after, current backoff)
         self._packer = msgpack.Packer(use_bin_type=True)
+        self._dirty: dict[_Conn, None] = {}     # connections with a flush scheduled (flush_now)
         self._closed = False
         self._warned: dict[str, float] = {}
         self.warn_every_s = 5.0
@@ -509,8 +513,20 @@ class Node:
         c.pending += 1
         if not c.flush_scheduled and c.state == READY:
             c.flush_scheduled = True
+            self._dirty[c] = None
             self._loop.call_soon(c._flush)
         return True
+
+    def flush_now(self) -> None:
+        """Write what the sends since the last flush left in the connections' buffers now, not
+        on the loop's next iteration (their scheduled flush then finds nothing to do). Called
+        where a burst of work ends: a read of frames handled, a batch of task exits, a timer.
+        A message on a job's critical path saves an iteration at each process it crosses."""
+        dirty = self._dirty
+        if dirty:
+            self._dirty = {}
+            for c in dirty:
+                c._flush()
 
     def _dial(self, hp: str) -> _Conn | None:
         if self._closed or self._loop is None:
