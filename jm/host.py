@@ -72,15 +72,20 @@ class JmHost:
         reading is folded into the view, then the batch goes to its JM."""
         out: list = []
         apply_row = self.view.apply_row
-        route = self._route
+        jms = self.jms
         for b in batches:
             apply_row(b.server, b.matrix, b.matrix_time, b.time, now)
-            if b.job_id not in self.jms:
+            job_id = b.job_id
+            jm = jms.get(job_id)
+            if jm is None:
                 out += self._orphan_reports(b)
                 continue
-            r = route(b.job_id, b, now, rng)
+            # (what _route does, for the host's most frequent event: one report per task)
+            r = jm.on_status(b, now, rng)
             if r:
-                out += r
+                out += self._wrap(job_id, r)
+            if jm.finished:
+                self._reap(job_id, jm)
         return out
 
     def _orphan_reports(self, b: StatusBatch) -> list:

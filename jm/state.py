@@ -118,6 +118,18 @@ class JmConfig:
         self.profile = find_profile(self.policy)
 
 
+_PN_ADDRESSES: list[str] = []
+
+
+def pn_address(server: int) -> str:
+    """"pn:S", made once per server: a fresh string per dispatch costs its formatting and then
+    its hashing wherever it is routed (a string keeps its hash)."""
+    a = _PN_ADDRESSES
+    if server >= len(a):
+        a.extend(f"pn:{i}" for i in range(len(a), server + 1))
+    return a[server]
+
+
 RECENT_KEPT = 32    # a stage's last finished tasks' times kept for the straggler baseline (a median)
 
 
@@ -390,6 +402,14 @@ class JmState(ExtraAttempts):
             self._watch_at = min(self._watch_at, float(self._silence_limits(t)))
         out.append(Log("adopted", (self.job_id, t, spec.attempt, server)))
         self._on_reports((rep,), server, now, rng, out)
+
+    def on_status(self, b: StatusBatch, now: float, rng) -> list:
+        """A status batch: ``handle``'s path for one, without its dispatch on the event's type
+        (a host routes one per finished task)."""
+        out: list = []
+        if not self.finished:
+            self._on_reports(b.reports, b.server, now, rng, out)
+        return out
 
     def handle(self, event, now: float, rng) -> list:
         if self.finished:
@@ -1086,7 +1106,7 @@ class JmState(ExtraAttempts):
                     spec.command is not None)
                 by_server.setdefault(s, []).append(task)
         for s, tasks in by_server.items():
-            out.append(Send(f"pn:{s}", Dispatch(self.job_id, tasks, cfg.host)))
+            out.append(Send(pn_address(s), Dispatch(self.job_id, tasks, cfg.host)))
         if self.clones > 1:
             self._send_clones(ids.tolist(), now, rng, out)
         return n
