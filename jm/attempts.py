@@ -34,6 +34,8 @@ opportunistic allowance) instead of the task being placed again.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from apollo.effects import Log, Send, SetTimer
@@ -43,6 +45,9 @@ from apollo.messages import Dispatch, KillTask, ProbeTask, TaskSpec, UpgradeTask
 
 from .matching import UNMATCHED
 from .policies.opportunistic import random_idle
+
+if TYPE_CHECKING:
+    from .state import Stage
 
 S = TaskState
 DISPATCHED, RUNNING, DONE, READY = int(S.DISPATCHED), int(S.RUNNING), int(S.DONE), int(S.READY)
@@ -71,6 +76,47 @@ class Extra:
 class ExtraAttempts:
     """JmState's extra attempts (a mixin: the methods need the JM's columns)."""
     __slots__ = ()
+    # The JM's fields these methods use (JmState sets them; declared here for the type checker
+    # and for mypyc, which compiles both classes: apollo.native).
+    _bw: Any
+    _watch_at: float
+    _clone_wait: list[int]
+    _clones_sent: dict[int, int]
+    _copies: dict[int, int]
+    _copy_gaps: list[float]
+    _dup_done: dict[int, int]
+    _extra_n: dict[int, int]
+    _in_bytes: Any
+    _opp_active: set[int]
+    _sent: list
+    _won_at: dict[int, float]
+    attempt: Any
+    cfg: Any
+    check_t: Any
+    clone_cpu: Any
+    clone_used: Any
+    clones: Any
+    clones_low: Any
+    dispatch_t: Any
+    est_sent: Any
+    exp_wait: Any
+    extra: dict
+    finished: Any
+    generation: Any
+    job_id: Any
+    last_heard: Any
+    locality: Any
+    opp: Any
+    outstanding_opp: Any
+    queued_seen: Any
+    server: Any
+    stage_of: Any
+    stages: list[Stage]
+    start_t: Any
+    state: Any
+    tokens: Any
+    used_tokens: Any
+    view: Any
 
     # ---- making them -----------------------------------------------------------
     def _send_extra(self, t: int, kind: int, server: int, wait: float, where: int, now: float, out: list,

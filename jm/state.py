@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -274,7 +275,7 @@ class JmState(ExtraAttempts):
         self._fail_rate: np.ndarray | None = None
         self._fail_seen: dict[int, int] = {}
         self._retry_pending = False
-        self._last_report = None                # (demand, CPUs held) as the RM last heard them
+        self._last_report: tuple | None = None  # (demand, CPUs held) as the RM last heard them
         self._prioritise()
 
     # ---- setup ---------------------------------------------------------------
@@ -490,7 +491,7 @@ class JmState(ExtraAttempts):
         avg = np.array([st.wait_sum / st.wait_n if st.wait_n else 0.0 for st in self.stages])[self.stage_of[ids]]
         return self.dispatch_t[ids] + cfg.dup_factor * np.maximum(self.exp_wait[ids], avg) + cfg.dup_slack_s
 
-    def _silence_limits(self, ids: np.ndarray) -> np.ndarray:
+    def _silence_limits(self, ids):
         """When an attempt not heard of since is probed."""
         return self.last_heard[ids] + 2.0 * (self.exp_wait[ids] + self.est_sent[ids]) + self.cfg.probe_slack_s
 
@@ -765,7 +766,7 @@ class JmState(ExtraAttempts):
         return got
 
     def _push_back(self, ids) -> None:
-        for t in reversed(list(ids)):
+        for t in list(ids)[::-1]:
             self.stages[self.stage_of[t]].ready.appendleft(t)
 
     def _schedule(self, now: float, rng, out: list) -> None:
@@ -839,14 +840,14 @@ class JmState(ExtraAttempts):
         if (prof.polls or (blocked and not any(f.rematches_on_news(cfg) for f in prof.filters))) \
                 and self._has_ready() and not self._retry_pending:
             self._retry_pending = True
-            wait = prof.poll_s or cfg.retry_s
+            poll = prof.poll_s or cfg.retry_s
             # ...or sooner, when a filter holding tasks back will let them go
             for f, st in zip(prof.filters, self._fstates):
                 if st is not None:
                     w = f.wake_at(st, now, cfg)
                     if w is not None:
-                        wait = min(wait, max(w - now, 0.0))
-            out.append(SetTimer(wait, "retry"))
+                        poll = min(poll, max(w - now, 0.0))
+            out.append(SetTimer(poll, "retry"))
 
     def _quality_order(self, ids: np.ndarray, wait: np.ndarray, where: np.ndarray, now: float) -> np.ndarray:
         """Dispatch order of matched tasks: least time lost first (expected queue wait plus
@@ -1040,7 +1041,7 @@ class JmState(ExtraAttempts):
         bw = self._bw
         if single:
             st = stages[0]
-            sidx = None
+            sidx: Any = None
             est_rt = st.est_runtime + cfg.io.init_s + st.in_bytes[ids - st.offset] / bw[where]
         else:
             sidx = self.stage_of[ids]

@@ -18,9 +18,9 @@ ROOT = native.ROOT
 
 
 def _copy_sources(dest: Path) -> None:
-    for m in native.MODULES + native.DEPENDS + ("jm.state",):
+    for m in native.MODULES + native.DEPENDS + ("rm.state",):
         src = native._source(m)
-        out = native._source(m, dest)
+        out = dest / src.relative_to(ROOT)
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, out)
 
@@ -29,7 +29,7 @@ def test_a_build_is_named_after_the_sources_it_is_compiled_from_and_against(tmp_
     _copy_sources(tmp_path)
     key = native.source_key(tmp_path)
     assert key == native.source_key(tmp_path)
-    native._source("jm.state", tmp_path).write_text("# not compiled, not imported by what is\n")
+    native._source("rm.state", tmp_path).write_text("# not compiled, not imported by what is\n")
     assert native.source_key(tmp_path) == key
     for m in ("pn.state", "apollo.messages"):        # compiled; imported by what is
         p = native._source(m, tmp_path)
@@ -50,7 +50,8 @@ def test_every_project_module_the_compiled_ones_import_is_part_of_the_key():
                 base = node.module or ""
                 if node.level:               # relative: from the module's own package
                     base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + [base]).strip(".")
-                found = [base]
+                # (from PACKAGE import module: the names are modules)
+                found = [f"{base}.{a.name}" for a in node.names] if base in native.PACKAGES else [base]
             elif isinstance(node, ast.Import):
                 found = [a.name for a in node.names]
             else:
