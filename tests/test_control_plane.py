@@ -87,6 +87,27 @@ def test_a_silent_host_is_dead_and_its_jobs_move_with_their_progress():
     assert start.to == other and start.msg.generation == 1 and start.msg.done == done
 
 
+def test_a_job_goes_to_the_jm_host_with_the_fewest_live_jobs():
+    r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0", "jmhost:1")))
+    homes = []
+    for k in range(3):
+        (start,) = sends(r.handle(SubmitJob(-1, job(1), "c", f"k{k}"), 1.0 + k, Rng()), StartJob)
+        homes.append(start.to)
+        r.validate()
+    assert homes == ["jmhost:0", "jmhost:1", "jmhost:0"]        # 0 jobs each, then 1 and 0, then 1 each
+    r.handle(JobDone(1, True, "", 5.0, 1), 5.0, Rng())            # host 1's job ends
+    (start,) = sends(r.handle(SubmitJob(-1, job(1), "c", "k3"), 6.0, Rng()), StartJob)
+    assert start.to == "jmhost:1"                                 # 2 jobs on host 0, none on host 1
+    for j in (0, 2, 3):
+        r.handle(JobDone(j, True, "", 7.0, 1), 7.0, Rng())
+    r.validate()
+    # a quiet cluster keeps using the first host: one job after another all go there
+    for k in range(4, 7):
+        (start,) = sends(r.handle(SubmitJob(-1, job(1), "c", f"k{k}"), float(k + 4), Rng()), StartJob)
+        assert start.to == "jmhost:0"
+        r.handle(JobDone(start.msg.job_id, True, "", k + 4.5, 1), k + 4.5, Rng())
+
+
 def test_a_pn_drops_a_duplicated_dispatch_and_remembers_how_an_attempt_ended():
     pn = PnState(0, PnConfig())
     pn.handle(Start(), 0.0, Rng())

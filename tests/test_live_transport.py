@@ -178,6 +178,32 @@ async def test_routing_exact_before_prefix_and_queueing_while_connecting():
             await n.close()
 
 
+async def test_what_handling_a_read_sends_is_written_when_the_read_is_handled():
+    loop = asyncio.get_running_loop()
+    seen = []
+    c_in = Inbox()
+    c = await node(["c"], on_message=c_in)
+    y = None
+
+    def on_y(to, m):
+        before = y.writes
+        # (scheduled before the reply: it runs ahead of the flush the reply schedules)
+        loop.call_soon(lambda: seen.append(y.writes - before))
+        y.send("c", JobDemand(m.job_id + 100, 0, 0))
+
+    y = await node(["pn:1"], on_message=on_y)
+    try:
+        c.add_route("pn:1", y.address)
+        for i in range(3):
+            c.send("pn:1", JobDemand(i, 0, 0))
+            await wait_until(lambda: len(c_in.got) == i + 1)
+        assert [m.job_id for _, m in c_in.got] == [100, 101, 102]
+        assert seen == [1, 1, 1]          # written as the read was handled, not an iteration later
+    finally:
+        for n in (c, y):
+            await n.close()
+
+
 async def test_simultaneous_dials_settle_on_one_connection():
     a_in, b_in = Inbox(), Inbox()
     a = await node(["a"], on_message=a_in)
