@@ -189,3 +189,21 @@ def enable_from_env() -> None:
         why = enable()
         if why:
             print(f"apollo: {ENV} is set but the compiled modules are not used: {why}", file=sys.stderr)
+
+
+def for_children(mode: str = "auto") -> str:
+    """Have the processes this one starts from now on load the compiled modules (``mode``:
+    "auto" builds them if this machine can, "on" insists, "off" leaves them interpreted);
+    returns '' when they will, else why not. Raises NativeBuildError for "on" when they cannot."""
+    if mode == "off":
+        os.environ.pop(ENV, None)
+        return "--native off"
+    try:
+        build()
+    except NativeBuildError as e:
+        if mode == "on":
+            raise
+        os.environ.pop(ENV, None)
+        return str(e)
+    os.environ[ENV] = "1"
+    return ""

@@ -32,6 +32,10 @@ apollo.node for the executors and the JMs' estimates), so a 0 s task is a true n
 RM's SQLite job store, tokens, the JM's candidates, estimates and stable matching, the PN
 queues, the event files every process writes.
 
+By default (``--native auto``) the cluster's processes run the compiled event kernel, PN and
+JM (apollo.native: the same modules built with mypyc, the same behaviour), built first if this
+machine can; ``--native off`` measures the interpreted ones. The JSON says which ran.
+
 Dask and Ray are optional (``pip install "dask[distributed]" ray``, the ``peers`` extra); one
 that is not importable is reported as skipped. Each system is warmed up with a few small
 submissions first (connections open, workers started).
@@ -47,6 +51,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from apollo import native
 
 PEERS = ("dask", "ray")
 KEYS = ("noop_tasks_per_s", "roundtrip_ms", "short_task_efficiency", "startup_s")
@@ -310,7 +316,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--short-tasks", type=int, default=2000)
     p.add_argument("--short-ms", type=float, default=10.0)
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--native", choices=("auto", "on", "off"), default="auto",
+                   help="the cluster's processes run the compiled kernel, PN and JM (apollo.native): "
+                        "auto when they can be built")
     a = p.parse_args(argv)
+    try:
+        why_not = native.for_children(a.native)
+    except native.NativeBuildError as e:
+        print(f"apollo bench throughput --native on: {e}", file=sys.stderr)
+        return 2
+    print("cluster processes: " + ("compiled kernel, PN and JM (apollo.native)" if not why_not
+                                   else f"interpreted ({why_not})"), flush=True)
     peers = [x.strip() for x in a.vs.split(",") if x.strip()]
     unknown = [x for x in peers if x not in PEERS]
     if unknown:
@@ -322,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = (a.noop_tasks, a.roundtrips, a.short_tasks, a.short_ms / 1000)
     results: dict = {"apollo": bench_apollo(*args, wide_noop_tasks=a.wide_noop_tasks)}
+    results["apollo"]["native"] = not why_not
     for peer in peers:
         results[peer] = run_peer(peer, *args)
     results["config"] = {"slots": SLOTS, "noop_tasks": a.noop_tasks, "wide_noop_tasks": a.wide_noop_tasks,

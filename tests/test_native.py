@@ -102,3 +102,13 @@ def test_the_compiled_modules_give_the_same_report(tmp_path):
     p, c = json.loads(plain.stdout), json.loads(compiled.stdout)
     assert (p["native"], c["native"]) == (False, True)
     assert p["report"] == c["report"]
+
+
+def test_child_processes_are_told_to_load_a_build_only_when_there_is_one(monkeypatch, tmp_path):
+    monkeypatch.setenv("APOLLO_NATIVE_CACHE", str(tmp_path))
+    monkeypatch.setenv("APOLLO_NATIVE", "1")
+    assert native.for_children("off") == "--native off" and "APOLLO_NATIVE" not in os.environ
+    monkeypatch.setattr(native, "missing_tools", lambda: "no C compiler (cc) on PATH")
+    assert native.for_children("auto") == "no C compiler (cc) on PATH" and "APOLLO_NATIVE" not in os.environ
+    with pytest.raises(native.NativeBuildError, match="no C compiler"):
+        native.for_children("on")
