@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, fields
-from typing import Any, Callable, ClassVar, dataclass_transform
+from typing import Any, Callable, ClassVar
 
 import msgpack
 import numpy as np
@@ -150,7 +150,7 @@ I64 = array("i8")
 
 
 def nested(cls: type) -> Codec:
-    return (lambda v: v.to_wire(), cls.from_wire)
+    return (lambda v: v.to_wire(), _FROM_WIRE[cls])      # (cls is wired before its container)
 
 
 # ---- the message base -------------------------------------------------------
@@ -159,12 +159,16 @@ REGISTRY: dict[int, type["Message"]] = {}
 
 
 class Message:
-    """Base of all messages and nested structs: slotted dataclasses, treated as values.
+    """Base of all messages and nested structs: dataclasses, treated as values.
 
     Nobody changes a message once made (in one process a sender may share it with its
     receiver; a PN that turns an attempt regular makes a new TaskSpec). They are not
     ``frozen``: a frozen dataclass sets each field through ``object.__setattr__``, which makes
-    a TaskSpec cost 1.5 us instead of 0.2 us, and the hot paths make several per task."""
+    a TaskSpec cost 1.5 us instead of 0.2 us, and the hot paths make several per task. The
+    messages made once or more per task (TaskSpec, TaskReport, Dispatch, StatusBatch, ...) spell
+    out their ``__init__``: compiled (apollo.native), such a class is a C struct made in ~30 ns,
+    where a generated ``__init__`` would still run as Python. ``wire`` (below each class) gives a
+    class its codecs and its code."""
     __slots__ = ()
     CODE: ClassVar[int] = -1
     CODECS: ClassVar[tuple[Codec, ...]] = ()
@@ -172,10 +176,6 @@ class Message:
     _DECODERS: ClassVar[tuple] = ()
     _ENCODERS: ClassVar[tuple] = ()
     _GETTER: ClassVar[Any] = None
-
-    def __init_subclass__(cls, code: int = -1, **kw: Any) -> None:
-        super().__init_subclass__(**kw)
-        cls.CODE = code
 
     def to_wire(self) -> list:
         vals = list(self._GETTER(self))
@@ -185,16 +185,25 @@ class Message:
 
     @classmethod
     def from_wire(cls, v: Any, where: str = "") -> "Message":
-        # Field decoders get just the field's name; the path is prefixed only when an
-        # error climbs out, so the fast path formats no strings.
-        where = where or cls.__name__
-        if type(v) is not list or len(v) != len(cls.CODECS):
-            got = len(v) if type(v) is list else type(v).__name__
-            raise WireError(f"{where}: expected {len(cls.CODECS)} fields, got {got}")
-        try:
-            return cls(*[dec(x, n) for x, n, dec in zip(v, cls._NAMES, cls._DECODERS)])
-        except WireError as e:
-            raise WireError(f"{where}.{e}") from None
+        return _FROM_WIRE[cls](v, where)
+
+
+_FROM_WIRE: dict[type, Callable[..., Any]] = {}     # class -> its generated decoder
+
+
+def _from_wire_checked(cls: type, v: Any, where: str = "") -> Any:
+    """The generic decoder: accepts what the field codecs accept and words every error."""
+    # Field decoders get just the field's name; the path is prefixed only when an
+    # error climbs out, so the fast path formats no strings.
+    where = where or cls.__name__
+    codecs = cls.CODECS  # type: ignore[attr-defined]
+    if type(v) is not list or len(v) != len(codecs):
+        got = len(v) if type(v) is list else type(v).__name__
+        raise WireError(f"{where}: expected {len(codecs)} fields, got {got}")
+    try:
+        return cls(*[dec(x, n) for x, n, dec in zip(v, cls._NAMES, cls._DECODERS)])  # type: ignore[attr-defined]
+    except WireError as e:
+        raise WireError(f"{where}.{e}") from None
 
 
 # Field checks a generated decoder inlines (a finite float: x - x is 0.0 only when x is finite).
@@ -205,12 +214,12 @@ _INLINE = {_int: "type({x}) is int", _nonneg_int: "type({x}) is int and {x} >= 0
 
 def _fast_decoder(cls: type) -> Callable:
     """A decoder made for ``cls``: the plain field checks inlined, one call per other field, and
-    anything unexpected handed to the generic ``Message.from_wire``, which accepts what it
+    anything unexpected handed to the generic ``_from_wire_checked``, which accepts what it
     accepts (an int for a float) and words every error. Decoding is most of what a busy JM or
     PN does with a message, so this is worth the generated code."""
     n = len(cls.CODECS)
     f = [f"f{i}" for i in range(n)]
-    ns = {"cls": cls, "slow": Message.from_wire.__func__, "WireError": WireError}
+    ns: dict[str, Any] = {"cls": cls, "slow": _from_wire_checked, "WireError": WireError}
     body = [f"if type(v) is not list or len(v) != {n}:", "    return slow(cls, v, where)",
             f"{', '.join(f)}, = v"]
     checks = []
@@ -231,30 +240,29 @@ def _fast_decoder(cls: type) -> Callable:
     return ns["decode"]
 
 
-@dataclass_transform()
-def message(code: int = -1, **codecs: Codec) -> Callable[[type], type]:
-    """Class decorator: make a slotted dataclass, attach codecs in field order, register ``code``."""
-    def wrap(cls: type) -> type:
-        dc = dataclass(slots=True)(cls)
-        names = tuple(f.name for f in fields(dc))
-        missing = set(names) ^ set(codecs)
-        if missing:
-            raise TypeError(f"{cls.__name__}: codecs do not match fields: {sorted(missing)}")
-        dc._NAMES = names
-        dc.CODECS = tuple(codecs[n] for n in names)
-        dc._DECODERS = tuple(c[1] for c in dc.CODECS)
-        # One C-level call fetches every field; only non-trivial encoders run per field.
-        getter = operator.attrgetter(*names)
-        dc._GETTER = staticmethod(getter if len(names) > 1 else (lambda o, g=getter: (g(o),)))
-        dc._ENCODERS = tuple((i, c[0]) for i, c in enumerate(dc.CODECS) if c[0] is not _ident)
-        dc.from_wire = staticmethod(_fast_decoder(dc))
-        dc.CODE = code
-        if code >= 0:
-            if code in REGISTRY:
-                raise TypeError(f"message code {code} used twice")
-            REGISTRY[code] = dc
-        return dc
-    return wrap
+def wire(cls: type[Message], code: int = -1, **codecs: Codec) -> None:
+    """Give dataclass ``cls`` its codecs (one per field, in field order) and register ``code``
+    (-1: a nested struct, never a frame of its own). A function called below each class, not
+    a class decorator: mypyc compiles only classes decorated with nothing but ``dataclass``."""
+    names = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+    missing = set(names) ^ set(codecs)
+    if missing:
+        raise TypeError(f"{cls.__name__}: codecs do not match fields: {sorted(missing)}")
+    if tuple(codecs) != names:
+        raise TypeError(f"{cls.__name__}: codecs not in field order")
+    cls._NAMES = names
+    cls.CODECS = tuple(codecs[n] for n in names)
+    cls._DECODERS = tuple(c[1] for c in cls.CODECS)
+    # One C-level call fetches every field; only non-trivial encoders run per field.
+    getter = operator.attrgetter(*names)
+    cls._GETTER = staticmethod(getter if len(names) > 1 else (lambda o, g=getter: (g(o),)))
+    cls._ENCODERS = tuple((i, c[0]) for i, c in enumerate(cls.CODECS) if c[0] is not _ident)
+    _FROM_WIRE[cls] = _fast_decoder(cls)
+    cls.CODE = code
+    if code >= 0:
+        if code in REGISTRY:
+            raise TypeError(f"message code {code} used twice")
+        REGISTRY[code] = cls
 
 
 def encode(msg: Message) -> list:
@@ -267,7 +275,7 @@ def decode(v: Any) -> Message:
     cls = REGISTRY.get(v[0]) if type(v[0]) is int else None
     if cls is None:
         raise WireError(f"unknown message type code {v[0]!r}")
-    return cls.from_wire(v[1:])
+    return _FROM_WIRE[cls](v[1:])
 
 
 def pack(msg: Message) -> bytes:
@@ -326,9 +334,7 @@ JOB: Codec = (lambda j: [j.name, [_stage_to_wire(s) for s in j.stages], j.arriva
                          j.max_retries, j.user, j.queue], _job_decode)
 
 
-@message(job_id=NAT, task=NAT, attempt=NAT, stage=NAT, cpu=FLOAT, mem_gb=FLOAT, duration_s=FLOAT,
-         input_bytes=FLOAT, locality=NAT, est_runtime_s=FLOAT, opportunistic=BOOL,
-         command=opt(tup(STR)), env=STR_MAP, cwd=opt(STR), timeout_s=opt(FLOAT), mem_limit=BOOL, kind=NAT)
+@dataclass(init=False)
 class TaskSpec(Message):
     """One attempt of one task as a PN receives it. ``duration_s`` is the modelled compute time;
     ``kind``: apollo.lifecycle.AttemptKind (a PN reports the start of any but a task's first
@@ -349,15 +355,41 @@ class TaskSpec(Message):
     cwd: str | None
     timeout_s: float | None
     mem_limit: bool
-    kind: int = 0
+    kind: int
+
+    def __init__(self, job_id: int, task: int, attempt: int, stage: int, cpu: float, mem_gb: float,
+                 duration_s: float, input_bytes: float, locality: int, est_runtime_s: float, opportunistic: bool,
+                 command: tuple | None, env: dict, cwd: str | None, timeout_s: float | None, mem_limit: bool,
+                 kind: int = 0) -> None:
+        self.job_id = job_id
+        self.task = task
+        self.attempt = attempt
+        self.stage = stage
+        self.cpu = cpu
+        self.mem_gb = mem_gb
+        self.duration_s = duration_s
+        self.input_bytes = input_bytes
+        self.locality = locality
+        self.est_runtime_s = est_runtime_s
+        self.opportunistic = opportunistic
+        self.command = command
+        self.env = env
+        self.cwd = cwd
+        self.timeout_s = timeout_s
+        self.mem_limit = mem_limit
+        self.kind = kind
 
     @property
     def key(self) -> tuple[int, int, int]:
         return (self.job_id, self.task, self.attempt)
 
 
-@message(job_id=NAT, task=NAT, attempt=NAT, state=NAT, t_start=FLOAT, t_end=FLOAT,
-         exit_code=INT, detail=STR, progress=FLOAT)
+wire(TaskSpec, job_id=NAT, task=NAT, attempt=NAT, stage=NAT, cpu=FLOAT, mem_gb=FLOAT, duration_s=FLOAT,
+     input_bytes=FLOAT, locality=NAT, est_runtime_s=FLOAT, opportunistic=BOOL, command=opt(tup(STR)), env=STR_MAP,
+     cwd=opt(STR), timeout_s=opt(FLOAT), mem_limit=BOOL, kind=NAT)
+
+
+@dataclass(init=False)
 class TaskReport(Message):
     """A task attempt's state change at a PN: state is a lifecycle.TaskState value. A report of a
     running attempt may carry its ``progress`` (0-1; < 0: unknown); one of a queued attempt its
@@ -370,12 +402,28 @@ class TaskReport(Message):
     t_end: float
     exit_code: int
     detail: str
-    progress: float = -1.0
+    progress: float
+
+    def __init__(self, job_id: int, task: int, attempt: int, state: int, t_start: float, t_end: float,
+                 exit_code: int, detail: str, progress: float = -1.0) -> None:
+        self.job_id = job_id
+        self.task = task
+        self.attempt = attempt
+        self.state = state
+        self.t_start = t_start
+        self.t_end = t_end
+        self.exit_code = exit_code
+        self.detail = detail
+        self.progress = progress
+
+
+wire(TaskReport, job_id=NAT, task=NAT, attempt=NAT, state=NAT, t_start=FLOAT, t_end=FLOAT, exit_code=INT,
+     detail=STR, progress=FLOAT)
 
 
 # ---- messages ---------------------------------------------------------------
 
-@message(1, job_id=INT, spec=JOB, reply_to=STR, key=STR)
+@dataclass
 class SubmitJob(Message):
     """Client -> RM. job_id -1 asks the RM to assign one. ``key``: the client's idempotency key
     ("" none): a retry with the same key is answered about the job already stored (accepted,
@@ -386,7 +434,10 @@ class SubmitJob(Message):
     key: str = ""
 
 
-@message(2, job_id=NAT, name=STR, accepted=BOOL, reason=STR, key=STR)
+wire(SubmitJob, 1, job_id=INT, spec=JOB, reply_to=STR, key=STR)
+
+
+@dataclass
 class JobAccepted(Message):
     """RM -> client: the job is stored (accepted) or refused with a reason; ``key``: the
     submission's idempotency key (a client matches answers to its submissions by it)."""
@@ -397,8 +448,10 @@ class JobAccepted(Message):
     key: str = ""
 
 
-@message(3, job_id=NAT, spec=JOB, tokens=NAT, submitted_at=FLOAT, reply_to=STR, seq=NAT, generation=NAT,
-         done=BYTES, clones=NAT, clone_cpu=FLOAT, clones_low=BOOL)
+wire(JobAccepted, 2, job_id=NAT, name=STR, accepted=BOOL, reason=STR, key=STR)
+
+
+@dataclass
 class StartJob(Message):
     """RM -> JM host: the capacity plane admitted the job; create its JM (or, for a JM the host
     already runs, a token grant). ``seq`` orders it with the job's TokenGrants; ``generation``
@@ -420,7 +473,11 @@ class StartJob(Message):
     clones_low: bool = False
 
 
-@message(4, job_id=NAT, tokens=NAT, seq=NAT)
+wire(StartJob, 3, job_id=NAT, spec=JOB, tokens=NAT, submitted_at=FLOAT, reply_to=STR, seq=NAT, generation=NAT,
+     done=BYTES, clones=NAT, clone_cpu=FLOAT, clones_low=BOOL)
+
+
+@dataclass
 class TokenGrant(Message):
     """RM -> JM: the job now holds ``tokens``. ``seq`` grows with every token message the RM sends
     the job (StartJob, TokenGrant, ReclaimTokens): a JM ignores an older one (a duplicate, or one
@@ -430,23 +487,42 @@ class TokenGrant(Message):
     seq: int = 0
 
 
-@message(5, job_id=NAT, tasks=lst(nested(TaskSpec)), reply_to=STR)
+wire(TokenGrant, 4, job_id=NAT, tokens=NAT, seq=NAT)
+
+
+@dataclass(init=False)
 class Dispatch(Message):
     """JM -> PN: task attempts to queue (one message per PN per scheduling batch). ``reply_to``:
     the JM host to report them to ("": "jm:JOB", a route)."""
     job_id: int
     tasks: list
-    reply_to: str = ""
+    reply_to: str
+
+    def __init__(self, job_id: int, tasks: list, reply_to: str = "") -> None:
+        self.job_id = job_id
+        self.tasks = tasks
+        self.reply_to = reply_to
 
 
-@message(6, job_id=NAT, task=NAT, attempt=NAT)
+wire(Dispatch, 5, job_id=NAT, tasks=lst(nested(TaskSpec)), reply_to=STR)
+
+
+@dataclass(init=False)
 class KillTask(Message):
     job_id: int
     task: int
     attempt: int
 
+    def __init__(self, job_id: int, task: int, attempt: int) -> None:
+        self.job_id = job_id
+        self.task = task
+        self.attempt = attempt
 
-@message(7, job_id=NAT, server=NAT, reports=lst(nested(TaskReport)), matrix=F32, matrix_time=FLOAT, time=FLOAT)
+
+wire(KillTask, 6, job_id=NAT, task=NAT, attempt=NAT)
+
+
+@dataclass(init=False)
 class StatusBatch(Message):
     """PN -> JM: task state changes plus the PN's current wait-time matrix. Times are on the
     PN's clock; ``time``: when it was sent (< 0: unknown), from which the JM host estimates
@@ -454,26 +530,50 @@ class StatusBatch(Message):
     job_id: int
     server: int
     reports: list
-    matrix: "np.ndarray | list[float]"   # float32 on the wire; a sender may hand a list
+    matrix: "np.ndarray | list[float]"  # float32 on the wire; a sender may hand a list
     matrix_time: float
-    time: float = -1.0
+    time: float
+
+    def __init__(self, job_id: int, server: int, reports: list, matrix: "np.ndarray | list[float]",
+                 matrix_time: float, time: float = -1.0) -> None:
+        self.job_id = job_id
+        self.server = server
+        self.reports = reports
+        self.matrix = matrix
+        self.matrix_time = matrix_time
+        self.time = time
 
 
-@message(8, server=NAT, boot_time=FLOAT, time=FLOAT, matrix=F32, running=NAT, queued=NAT,
-         cpu_free=FLOAT)
+wire(StatusBatch, 7, job_id=NAT, server=NAT, reports=lst(nested(TaskReport)), matrix=F32, matrix_time=FLOAT,
+     time=FLOAT)
+
+
+@dataclass(init=False)
 class Heartbeat(Message):
     """PN -> RM."""
     server: int
     boot_time: float
     time: float
-    matrix: "np.ndarray | list[float]"   # float32 on the wire; a sender may hand a list
+    matrix: "np.ndarray | list[float]"  # float32 on the wire; a sender may hand a list
     running: int
     queued: int
     cpu_free: float
 
+    def __init__(self, server: int, boot_time: float, time: float, matrix: "np.ndarray | list[float]",
+                 running: int, queued: int, cpu_free: float) -> None:
+        self.server = server
+        self.boot_time = boot_time
+        self.time = time
+        self.matrix = matrix
+        self.running = running
+        self.queued = queued
+        self.cpu_free = cpu_free
 
-@message(9, time=FLOAT, matrices=F32, stamps=F64, boot_times=F64, alive=array("u1"),
-         lightly_loaded=I32)
+
+wire(Heartbeat, 8, server=NAT, boot_time=FLOAT, time=FLOAT, matrix=F32, running=NAT, queued=NAT, cpu_free=FLOAT)
+
+
+@dataclass
 class ClusterView(Message):
     """RM -> JM hosts: every server's last matrix (flattened, servers x shapes) and liveness."""
     time: float
@@ -484,7 +584,10 @@ class ClusterView(Message):
     lightly_loaded: np.ndarray
 
 
-@message(10, job_id=NAT, remaining=NAT, running=NAT, clone_cpu=FLOAT)
+wire(ClusterView, 9, time=FLOAT, matrices=F32, stamps=F64, boot_times=F64, alive=array("u1"), lightly_loaded=I32)
+
+
+@dataclass(init=False)
 class JobDemand(Message):
     """JM -> RM: how many tasks the job still has to finish (for token policies); a cloned job's
     ``clone_cpu``: what of its clone grant it may still use (its unfinished tasks' clones; < 0:
@@ -492,10 +595,19 @@ class JobDemand(Message):
     job_id: int
     remaining: int
     running: int
-    clone_cpu: float = -1.0
+    clone_cpu: float
+
+    def __init__(self, job_id: int, remaining: int, running: int, clone_cpu: float = -1.0) -> None:
+        self.job_id = job_id
+        self.remaining = remaining
+        self.running = running
+        self.clone_cpu = clone_cpu
 
 
-@message(11, job_id=NAT, ok=BOOL, reason=STR, finished_at=FLOAT, tasks_done=NAT)
+wire(JobDemand, 10, job_id=NAT, remaining=NAT, running=NAT, clone_cpu=FLOAT)
+
+
+@dataclass
 class JobDone(Message):
     """JM -> RM (-> client): the job finished, or failed with a reason."""
     job_id: int
@@ -510,12 +622,18 @@ class JobDone(Message):
         return "done" if self.ok else ("cancelled" if self.reason == "cancelled" else "failed")
 
 
-@message(12, job_id=NAT)
+wire(JobDone, 11, job_id=NAT, ok=BOOL, reason=STR, finished_at=FLOAT, tasks_done=NAT)
+
+
+@dataclass
 class CancelJob(Message):
     job_id: int
 
 
-@message(13, job_id=NAT, task=NAT, attempt=NAT)
+wire(CancelJob, 12, job_id=NAT)
+
+
+@dataclass
 class UpgradeTask(Message):
     """JM -> PN: an opportunistic attempt now holds a token: run it as a regular task."""
     job_id: int
@@ -523,7 +641,10 @@ class UpgradeTask(Message):
     attempt: int
 
 
-@message(14, job_id=NAT, task=NAT, attempt=NAT, reply_to=STR)
+wire(UpgradeTask, 13, job_id=NAT, task=NAT, attempt=NAT)
+
+
+@dataclass
 class ProbeTask(Message):
     """JM -> PN: where is this attempt? (answered with a StatusBatch: queued, running, its end if
     it ended lately, or READY with detail "unknown attempt" when the PN never got it)."""
@@ -533,7 +654,10 @@ class ProbeTask(Message):
     reply_to: str = ""
 
 
-@message(15, job_id=NAT, tokens=NAT, keep=NAT, within_s=FLOAT, seq=NAT)
+wire(ProbeTask, 14, job_id=NAT, task=NAT, attempt=NAT, reply_to=STR)
+
+
+@dataclass
 class ReclaimTokens(Message):
     """RM -> JM: the sharing plane takes tokens back (preemption, or a lender reclaiming its
     guarantee). The job now holds ``tokens``; if its regular attempts still hold more than
@@ -546,7 +670,10 @@ class ReclaimTokens(Message):
     seq: int = 0
 
 
-@message(16, host=STR, jobs=I64, seqs=I64, demand=I64, running=I64, progress_jobs=I64, progress=lst(BYTES))
+wire(ReclaimTokens, 15, job_id=NAT, tokens=NAT, keep=NAT, within_s=FLOAT, seq=NAT)
+
+
+@dataclass
 class HostReport(Message):
     """JM host -> RM, every few seconds: the jobs it runs, with the token seq each last heard and
     its demand and CPUs held (JobDemand, re-derived: a lost one costs nothing), and, for jobs
@@ -562,7 +689,10 @@ class HostReport(Message):
     progress: list
 
 
-@message(17, job_id=NAT, kill=BOOL)
+wire(HostReport, 16, host=STR, jobs=I64, seqs=I64, demand=I64, running=I64, progress_jobs=I64, progress=lst(BYTES))
+
+
+@dataclass
 class ReleaseJob(Message):
     """RM -> JM host: drop this job's JM, which the RM no longer places here: it finished (or was
     cancelled) elsewhere (``kill``: its attempts go too), or another host adopted it (its
@@ -571,7 +701,10 @@ class ReleaseJob(Message):
     kill: bool
 
 
-@message(18, job_id=NAT, generation=NAT, reply_to=STR)
+wire(ReleaseJob, 17, job_id=NAT, kill=BOOL)
+
+
+@dataclass
 class ProbeJob(Message):
     """JM -> PN, from a JM adopting a job: which of its attempts do you hold or lately finish?
     Answered with Holding; from now on its reports go to ``reply_to``."""
@@ -580,8 +713,10 @@ class ProbeJob(Message):
     reply_to: str
 
 
-@message(19, job_id=NAT, server=NAT, tasks=lst(nested(TaskSpec)), reports=lst(nested(TaskReport)),
-         ended=lst(nested(TaskReport)))
+wire(ProbeJob, 18, job_id=NAT, generation=NAT, reply_to=STR)
+
+
+@dataclass
 class Holding(Message):
     """PN -> JM: the attempts of the job the PN holds (``tasks``, each with its state in
     ``reports``: queued or running) and those that ended there lately (``ended``)."""
@@ -592,7 +727,11 @@ class Holding(Message):
     ended: list
 
 
-@message(20, kind=STR, count=NAT, rack=INT, cpus=FLOAT, mem_gb=FLOAT, address=STR, reply_to=STR)
+wire(Holding, 19, job_id=NAT, server=NAT, tasks=lst(nested(TaskSpec)), reports=lst(nested(TaskReport)),
+     ended=lst(nested(TaskReport)))
+
+
+@dataclass
 class JoinRequest(Message):
     """A process on another machine -> the RM's registrar: join the cluster as ``count`` PNs in
     ``rack`` (-1: any) with ``cpus``/``mem_gb`` each (kind "pn"), or as a JM host (kind "jm");
@@ -606,7 +745,10 @@ class JoinRequest(Message):
     reply_to: str
 
 
-@message(21, ok=BOOL, reason=STR, servers=lst(NAT), index=INT, cluster=STR)
+wire(JoinRequest, 20, kind=STR, count=NAT, rack=INT, cpus=FLOAT, mem_gb=FLOAT, address=STR, reply_to=STR)
+
+
+@dataclass
 class JoinReply(Message):
     """Registrar -> joining process: the server ids (or JM host index) it is given, and the
     cluster's description (cluster.json's JSON, with every process's address); or why not."""
@@ -615,3 +757,7 @@ class JoinReply(Message):
     servers: list
     index: int
     cluster: str
+
+
+
+wire(JoinReply, 21, ok=BOOL, reason=STR, servers=lst(NAT), index=INT, cluster=STR)
