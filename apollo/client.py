@@ -114,7 +114,7 @@ def job_status(folder: Path, job_id: int, tail: EventTail | None = None) -> JobS
     import msgpack
 
     from apollo.messages import JOB
-    from apollo.report import A_HAS_INPUT, A_JOB, A_LOC, A_OUTCOME, A_SERVER, A_STAGE
+    from apollo.records import A_HAS_INPUT, A_JOB, A_LOC, A_OUTCOME, A_SERVER, A_STAGE
     con = sqlite3.connect(f"file:{folder / 'jobs.db'}?mode=ro", uri=True)
     try:
         row = con.execute("SELECT name, spec, state, submitted_at, finished_at, reason FROM jobs WHERE job_id=?",

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import numpy as np
 
-from apollo.report import A_OUTCOME, A_READY, A_START, Recorder, utilization_series
+from apollo.records import A_OUTCOME, A_READY, A_START, Recorder
+from apollo.report import utilization_series
 
 
 def _cdf(ax, values, label):

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from apollo.client import Client
-from apollo.report import Recorder, build_report
+from apollo.records import Recorder
+from apollo.report import build_report
 from apollo.spec import JobSpec, Workload
 
 

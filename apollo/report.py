@@ -24,125 +24,17 @@ Definitions:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from apollo.records import (A_CPU, A_END, A_HAS_INPUT, A_JOB, A_KIND, A_LOC, A_OPP, A_OUTCOME, A_READY, A_STAGE,
+                            A_START, A_TASK, CONTROL_EVENTS, KINDS, Recorder)
 from rm.sharing import water_fill
 
 SCHEMA = "apollo.report/1"
 SMALL_JOB_TASKS = 10
-
-# Columns of an "attempt" record (logged by the JM when an attempt ends).
-A_JOB, A_STAGE, A_TASK, A_ATTEMPT, A_SERVER, A_LOC, A_READY, A_DISPATCH, A_START, A_END, A_OUTCOME, \
-    A_OPP, A_CPU, A_HAS_INPUT, A_KIND = range(15)
-
-
-# The columns of an attempt record, packed (AttemptLog).
-ATTEMPT_DTYPE = np.dtype([("job", "i8"), ("stage", "i8"), ("task", "i8"), ("attempt", "i8"), ("server", "i8"),
-                          ("loc", "i8"), ("ready", "f8"), ("dispatch", "f8"), ("start", "f8"), ("end", "f8"),
-                          ("outcome", "O"), ("opp", "?"), ("cpu", "f8"), ("has_input", "?"), ("kind", "i1")])
-
-
-class AttemptLog:
-    """A run's attempt records, packed as they come: every CHUNK rows become one numpy record
-    array (~100 bytes a row, against ~350 as a tuple of Python numbers). The 20,000-server
-    benchmark logs 1.2 million attempts; kept as tuples they grew the heap under every event
-    of the simulator by ~400 MB, which cost ~7% of its wall time (measured). Reads as a list
-    of the same tuples (rows as the simulator's JMs log them: ints, floats, str, bools)."""
-    CHUNK = 8192
-    __slots__ = ("_blocks", "_rows", "_list")
-
-    def __init__(self) -> None:
-        self._blocks: list[np.ndarray] = []
-        self._rows: list[tuple] = []
-        self._list: list | None = None           # everything as tuples, made when read
-
-    def append(self, row: tuple) -> None:
-        rows = self._rows
-        rows.append(row)
-        if len(rows) >= self.CHUNK:
-            self._blocks.append(np.array(rows, dtype=ATTEMPT_DTYPE))
-            self._rows = []
-        self._list = None
-
-    def _all(self) -> list:
-        if self._list is None:
-            out: list = []
-            for b in self._blocks:
-                out += b.tolist()
-            self._list = out + self._rows
-        return self._list
-
-    def __len__(self) -> int:
-        return sum(len(b) for b in self._blocks) + len(self._rows)
-
-    def __bool__(self) -> bool:
-        return bool(self._blocks or self._rows)
-
-    def __iter__(self):
-        return iter(self._all())
-
-    def __getitem__(self, i):
-        return self._all()[i]
-
-
-# What the control plane did, counted in the report's "control": attempts a JM adopted from the
-# PNs after its host died, jobs moved to another JM host, JM hosts found dead or back, jobs a
-# host was told to drop.
-CONTROL_EVENTS = ("adopted", "rehomed", "host_dead", "host_up", "released")
-# What the JMs' corrections did (jm/attempts.py): duplicate triggers fired and duplicates sent, by
-# trigger; straggler copies started.
-CORRECTION_EVENTS = ("dup_trigger", "duplicate", "copy")
-KINDS = ("first", "duplicate", "copy", "clone")     # apollo.lifecycle.AttemptKind, by value
-
-
-@dataclass
-class Recorder:
-    attempts: Any = field(default_factory=list)   # a list, or an AttemptLog (the simulator)
-    submitted: list = field(default_factory=list)     # (job_id, t, n_tasks)
-    done: list = field(default_factory=list)          # (job_id, ok, submitted_at, t, n_tasks, reason)
-    refused: list = field(default_factory=list)
-    warnings: list = field(default_factory=list)
-    decisions: int = 0
-    admitted: list = field(default_factory=list)      # (job_id, t, queue)
-    allocations: list = field(default_factory=list)   # (t, capacity, {leaf: (share, holding, demand, guarantee, ...)})
-    preempted: int = 0
-    upgraded: int = 0
-    control: dict = field(default_factory=dict)       # control-plane events (CONTROL_EVENTS) -> count
-    corrections: dict = field(default_factory=dict)   # (CORRECTION_EVENTS, detail) -> count
-
-    def __call__(self, kind: str, data: tuple, now: float) -> None:
-        if kind == "attempt":            # (one per attempt: the rest are rare)
-            self.attempts.append(data)
-            return
-        if kind in CONTROL_EVENTS:
-            self.control[kind] = self.control.get(kind, 0) + 1
-        elif kind in CORRECTION_EVENTS:
-            key = (kind, data[2] if kind != "copy" else "")
-            self.corrections[key] = self.corrections.get(key, 0) + 1
-        if kind == "decisions":
-            self.decisions += data[0]
-        elif kind == "job_submitted":
-            self.submitted.append(data)
-        elif kind == "job_done":
-            self.done.append(data)
-        elif kind == "job_refused":
-            self.refused.append(data)
-        elif kind == "job_admitted":
-            self.admitted.append(data)
-        elif kind == "allocation":
-            self.allocations.append(data)
-        elif kind == "preempted":
-            self.preempted += 1
-        elif kind == "upgraded":
-            self.upgraded += 1
-        elif kind == "warn":
-            if len(self.warnings) < 1000:
-                self.warnings.append((now, data))
-
 
 def stats(x, keys=("mean", "p50", "p95", "p99")) -> dict[str, float]:
     a = np.asarray(x, dtype=float)

@@ -9,7 +9,8 @@ import numpy as np
 from apollo.cluster import IoModel, Topology
 from apollo.effects import Send, SetTimer, Timer
 from apollo.messages import JobAccepted, JobDone, SubmitJob
-from apollo.report import AttemptLog, Recorder, build_report
+from apollo.records import AttemptLog, Recorder
+from apollo.report import build_report
 from apollo.runtime.sim import NetModel, SimRuntime
 from apollo.spec import Workload
 from apollo.stragglers import NONE as NO_STRAGGLERS, StragglerModel

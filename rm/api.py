@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from apollo.client import job_status
-from apollo.report import A_ATTEMPT, A_END, A_HAS_INPUT, A_LOC, A_OUTCOME, A_READY, A_SERVER, A_STAGE, A_START, \
+from apollo.records import A_ATTEMPT, A_END, A_HAS_INPUT, A_LOC, A_OUTCOME, A_READY, A_SERVER, A_STAGE, A_START, \
     A_TASK, A_DISPATCH
 from apollo.shapes import GRID
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from apollo.client import EventTail
-from apollo.report import (A_ATTEMPT, A_CPU, A_DISPATCH, A_END, A_HAS_INPUT, A_JOB, A_LOC, A_OUTCOME, A_READY,
-                           A_SERVER, A_STAGE, A_START, A_TASK)
+from apollo.records import (A_ATTEMPT, A_CPU, A_DISPATCH, A_END, A_HAS_INPUT, A_JOB, A_LOC, A_OUTCOME, A_READY,
+                            A_SERVER, A_STAGE, A_START, A_TASK)
 
 LOCALITY = ("node", "rack", "remote")           # A_LOC codes 0, 1, 2
 KINDS = ("attempt", "job_submitted", "job_admitted", "job_done")

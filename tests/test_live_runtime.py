@@ -10,7 +10,7 @@ import pytest
 from apollo.cluster import REMOTE, IoModel, Topology
 from apollo.effects import CancelTimer, Kill, Launch, Log, Persist, Send, SetTimer, Spawn, Start, TaskExited
 from apollo.messages import JobAccepted, JobDemand, JobDone, SubmitJob, TaskSpec
-from apollo.report import Recorder
+from apollo.records import Recorder
 from apollo.runtime.executor import Executor
 from apollo.runtime.live import LiveRuntime, run
 from apollo.spec import JobSpec, StageSpec

@@ -10,7 +10,7 @@ import numpy as np
 from apollo import Client
 from apollo.livecluster import down, up
 from apollo.replay import read_events
-from apollo.report import A_JOB, A_OUTCOME
+from apollo.records import A_JOB, A_OUTCOME
 from apollo.runtime.live import run
 from apollo.spec import JobSpec, StageSpec
 

@@ -133,7 +133,7 @@ def test_long_tasks_probed_while_running_still_complete():
 
 
 def test_attempt_log_reads_back_the_rows_it_packed(monkeypatch):
-    from apollo.report import AttemptLog
+    from apollo.records import AttemptLog
     monkeypatch.setattr(AttemptLog, "CHUNK", 4)
     log = AttemptLog()
     assert not log and len(log) == 0 and list(log) == []

@@ -54,7 +54,7 @@ class LiveRuntime:
 
     secret: the cluster's shared secret (the transport handshake proves it).
     seed: for the one numpy Generator handed to actors; None draws it from os.urandom.
-    log_sink: ``(kind, data, now)``, e.g. an apollo.report.Recorder; default: python logging.
+    log_sink: ``(kind, data, now)``, e.g. an apollo.records.Recorder; default: python logging.
     workdir: where command tasks write ``<job>-<task>-<attempt>.out/.err`` (default: a temp dir).
     io, speedup: the synthetic-task time model (see apollo.runtime.executor).
     epoch: the time origin of ``now``, a ``time.monotonic()`` reading (uvloop's and asyncio's
