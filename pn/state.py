@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 
@@ -35,6 +36,7 @@ JOBS_KEPT = 32
 # Dispatches a PN remembers (the last 8-16) to drop a duplicated one, which comes within
 # milliseconds of the first copy.
 DISPATCHES_KEPT = 8
+INF: Final = float("inf")      # (a constant: compiled, float("inf") would parse the string each time)
 NEVER_S = 1e9  # a wait that cannot happen (the shape exceeds the server); finite for the wire
 ABOUT_NOW_S = 1e-3   # the wait of a shape whose room should have freed by now but has not
 
@@ -123,7 +125,8 @@ class PnState:
     # (slots: 20,000 of these in a simulation, each touched at random; no per-object dict)
     __slots__ = ("server", "cfg", "boot_time", "queue", "opp_queue", "running", "free_cpu", "free_mem",
                  "_matrix", "_matrix_time", "_waits", "_planned_at", "_avail", "_overdue_at", "_last_m", "_last_t", "_hb_due",
-                 "_changed", "_quiet_due", "_revise_at", "_queued_due", "ended", "jm_at", "_dispatches", "_jm_default")
+                 "_changed", "_quiet_due", "_revise_at", "_queued_due", "ended", "jm_at", "_dispatches", "_jm_default",
+                 "_idle_w")
 
     def __init__(self, server: int, config: PnConfig) -> None:
         self.server = server
@@ -139,15 +142,16 @@ class PnState:
         self._waits: list[float] = []           # the last planned waits, from _planned_at
         self._planned_at = 0.0
         self._avail: list | None = None         # absolute start times of the shapes, made on demand
-        self._overdue_at = float("inf")         # when a shape the room does not fit now is due
+        self._overdue_at = INF         # when a shape the room does not fit now is due
         self._last_m: list | None = None        # the last planned reading, kept across changes,
         self._last_t = 0.0                      # and when it was planned
-        self._hb_due = float("inf")             # when the armed heartbeat timer fires
+        self._hb_due = INF             # when the armed heartbeat timer fires
         self._changed = True                    # the queues changed since the last heartbeat
         self._quiet_due = 0.0                   # a heartbeat is due by then even if nothing changes
-        self._revise_at = float("inf")          # a running task outlives its planned end then
-        self._queued_due = float("inf")         # when the armed "queued" report timer fires
+        self._revise_at = INF          # a running task outlives its planned end then
+        self._queued_due = INF         # when the armed "queued" report timer fires
         self.ended: list[TaskReport] = []                 # the latest attempts' ends, oldest first
+        self._idle_w: list[float] | None = None            # this server's reading when idle (made once)
         self._dispatches: list[int] = []                  # the latest Dispatches' first attempts, as keys
         # Where a job's reports go: the first JM host this PN heard of, unless jm_at names another
         # (job -> (JM generation, host)); an entry only for jobs elsewhere keeps a PN of a
@@ -346,17 +350,17 @@ class PnState:
             self.jm_at[job_id] = (generation, host)
 
     def _arm_queued_report(self, now: float, out: list) -> None:
-        if self._queued_due == float("inf"):
+        if self._queued_due == INF:
             self._queued_due = now + self.cfg.queued_report_s
             out.append(SetTimer(self.cfg.queued_report_s, "queued"))
 
     def _report_queued(self, now: float) -> list:
         """Tell JMs which of their tasks are still queued queued_report_s after arriving (so they
         can tell a task stuck in a queue from a running one); re-arm for the next such task."""
-        self._queued_due = float("inf")
+        self._queued_due = INF
         wait = self.cfg.queued_report_s
         reports: dict[int, list] = {}
-        nxt = float("inf")
+        nxt = INF
         starts = None
         for i, a in enumerate(self.queue):
             if a.reported:
@@ -373,7 +377,7 @@ class PnState:
             else:
                 nxt = min(nxt, a.queued_at + wait)
         out: list = []
-        if nxt < float("inf"):
+        if nxt < INF:
             self._queued_due = nxt
             out.append(SetTimer(nxt - now, "queued"))
         if reports:
@@ -432,7 +436,7 @@ class PnState:
         """Plan the regular queue onto the profile of ``room`` (from ``_room``; made if not given)."""
         prof = Profile(now, *(room or self._room(now, include_opportunistic)))
         starts = []
-        inf = float("inf")
+        inf = INF
         pc = pm = pd = inf        # the last planned task's shape, runtime and start
         pt: float | None = None
         for a in self.queue:
@@ -541,8 +545,10 @@ class PnState:
             if not self.running and not self.queue:
                 # An empty server (a third of the readings at scale): every shape it can hold
                 # starts now, the same reading every time.
-                w = _idle_reading(cfg)
-                self._revise_at = float("inf")
+                w = self._idle_w
+                if w is None:
+                    w = self._idle_w = _idle_reading(cfg)
+                self._revise_at = INF
                 self._waits, self._planned_at, self._avail = w, now, None
                 self._matrix = self._last_m = w
                 self._matrix_time = self._last_t = now
@@ -551,10 +557,10 @@ class PnState:
             room = self._room(now, opp)
             releases = room[2]
             # The plan holds until the first running task outlives its planned end.
-            self._revise_at = releases[0][0] if releases else float("inf")
+            self._revise_at = releases[0][0] if releases else INF
             if not self.queue:
                 # Nothing queued: room only grows as running tasks end (no plan needed).
-                w = release_waits(now, *room, cfg.grid.cpu, cfg.grid.mem, NEVER_S)
+                w = release_waits(now, room[0], room[1], room[2], cfg.grid.cpu, cfg.grid.mem, NEVER_S)
             else:
                 prof, _ = self._plan(now, opp, room)
                 w = [min(x, NEVER_S) for x in prof.wait_matrix(cfg.grid.cpu, cfg.grid.mem)]
@@ -574,7 +580,7 @@ class PnState:
                 fc, fm = self.free_cpu + 1e-9, self.free_mem + 1e-9
                 self._overdue_at = min((a for k, a in enumerate(avail)
                                         if not (grid.cpu[k // nm] <= fc and grid.mem[k % nm] <= fm)),
-                                       default=float("inf"))
+                                       default=INF)
             m = [a - now if a > now else 0.0 for a in avail]
             if now >= self._overdue_at:
                 # A shape whose planned start has passed, but for which the room is not free:

@@ -10,7 +10,6 @@ drained (a message sent less than a bucket width ahead) are inserted in order.
 from __future__ import annotations
 
 import heapq
-from bisect import insort
 
 FAR = 1 << 62      # the bucket of times too large to bucket (never, for practical purposes)
 
@@ -32,10 +31,10 @@ class EventQueue:
 
     def push(self, entry: tuple) -> None:
         self.size += 1
-        t = entry[0]
+        t: float = entry[0]
         b = int(t * self.per_s) if t < 1e15 else FAR
         if b <= self.cur_bucket:      # due while the current bucket drains (or overdue): in order
-            insort(self.cur, entry, self.pos)
+            _insort(self.cur, entry, t, self.pos)
             return
         lst = self.buckets.get(b)
         if lst is None:
@@ -86,3 +85,20 @@ class EventQueue:
         self.pos = pos + 1
         self.size -= 1
         return entry
+
+
+def _insort(cur: list, entry: tuple, t: float, lo: int) -> None:
+    """bisect.insort_right(cur, entry, lo) for entries ordered by (time, seq), seqs unique: the
+    same place, found comparing floats (and a seq on a tie) rather than whole tuples. Most
+    messages arrive within the bucket being drained, so this is most pushes."""
+    seq: int = entry[1]
+    hi = len(cur)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        e = cur[mid]
+        et: float = e[0]
+        if et < t or (et == t and e[1] < seq):
+            lo = mid + 1
+        else:
+            hi = mid
+    cur.insert(lo, entry)

@@ -329,7 +329,7 @@ class SimRuntime:
         if not effects:
             return
         now = self.now
-        push = self.queue.push
+        queue = self.queue
         epoch = node.epoch
         for e in effects:
             te = type(e)
@@ -338,7 +338,7 @@ class SimRuntime:
             elif te is SetTimer:
                 self.seq = seq = self.seq + 1
                 node.timers[e.key] = seq
-                push((now + e.delay, seq, TIMER, node, e.key, epoch))
+                queue.push((now + e.delay, seq, TIMER, node, e.key, epoch))
             elif te is Log:
                 self.log_sink(e.kind, e.data, now)
             elif te is Launch:
@@ -346,7 +346,7 @@ class SimRuntime:
                 self.seq = seq = self.seq + 1
                 # The exit event is made when it fires: ~50,000 tasks run at once at 20,000
                 # servers, and an object each kept meanwhile is memory every event pays for.
-                push((now + dur, seq, EXIT if ok else EXIT_FAILED, node, e.task, epoch))
+                queue.push((now + dur, seq, EXIT if ok else EXIT_FAILED, node, e.task, epoch))
             elif te is Kill:
                 self.killed.add((node.address, e.task_key))
             elif te is CancelTimer:
