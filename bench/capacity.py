@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from apollo.report import A_END, A_JOB, A_OUTCOME
+from apollo.records import A_END, A_JOB, A_OUTCOME
 from apollo.simulate import SimConfig
 from apollo.spec import JobSpec, StageSpec, Workload
 from rm.queues import load_queue_file

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from apollo.report import A_CPU, A_END, A_JOB, A_OPP, A_OUTCOME, A_START
+from apollo.records import A_CPU, A_END, A_JOB, A_OPP, A_OUTCOME, A_START
 from apollo.simulate import SimConfig, build
 
 

@@ -23,8 +23,8 @@ import sys
 
 import numpy as np
 
-from apollo.report import A_DISPATCH, A_END, A_OPP, A_OUTCOME, A_READY, A_START, attempt_figures, A_KIND, \
-    utilization_series, _busy_integral
+from apollo.records import A_DISPATCH, A_END, A_KIND, A_OPP, A_OUTCOME, A_READY, A_START
+from apollo.report import _busy_integral, attempt_figures, utilization_series
 from apollo.simulate import SimConfig
 from apollo.workloads import load_workload
 

@@ -38,7 +38,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from apollo.report import A_CPU, A_END, A_JOB, A_OUTCOME, A_STAGE, A_START, A_TASK, SMALL_JOB_TASKS
+from apollo.records import A_CPU, A_END, A_JOB, A_OUTCOME, A_STAGE, A_START, A_TASK
+from apollo.report import SMALL_JOB_TASKS
 from apollo.simulate import SimConfig
 from apollo.stragglers import DOLLY
 from apollo.workloads import load_workload

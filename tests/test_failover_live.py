@@ -16,7 +16,7 @@ from pathlib import Path
 
 from apollo.client import Client, EventTail
 from apollo.livecluster import read_info, restart_process
-from apollo.report import A_ATTEMPT, A_JOB, A_OUTCOME, A_TASK
+from apollo.records import A_ATTEMPT, A_JOB, A_OUTCOME, A_TASK
 from apollo.runtime.live import run
 from test_live_cluster import _gone, await_for, job_state, pids_of, synthetic, wait_for
 

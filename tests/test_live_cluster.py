@@ -26,7 +26,7 @@ from apollo import Client
 from apollo.livecluster import down, read_info, restart_process, status, up
 from apollo.messages import PROTOCOL_VERSION
 from apollo.replay import read_events, replay
-from apollo.report import A_JOB, A_OUTCOME, A_SERVER, A_STAGE, A_TASK
+from apollo.records import A_JOB, A_OUTCOME, A_SERVER, A_STAGE, A_TASK
 from apollo.runtime.live import run
 from apollo.simulate import SimConfig, build, run_simulation
 from apollo.spec import JobSpec, StageSpec
