@@ -61,7 +61,8 @@ class IllegalTransition(RuntimeError):
     pass
 
 
-def step(state: TaskState, event: str) -> TaskState:
+def step(state: int, event: str) -> TaskState:
+    """The state an attempt in ``state`` (a TaskState, or its int value) moves to on ``event``."""
     try:
         return TRANSITIONS[(state, event)]
     except KeyError:

@@ -495,10 +495,10 @@ class Dispatch(Message):
     """JM -> PN: task attempts to queue (one message per PN per scheduling batch). ``reply_to``:
     the JM host to report them to ("": "jm:JOB", a route)."""
     job_id: int
-    tasks: list
+    tasks: list[TaskSpec]
     reply_to: str
 
-    def __init__(self, job_id: int, tasks: list, reply_to: str = "") -> None:
+    def __init__(self, job_id: int, tasks: list[TaskSpec], reply_to: str = "") -> None:
         self.job_id = job_id
         self.tasks = tasks
         self.reply_to = reply_to
@@ -529,12 +529,12 @@ class StatusBatch(Message):
     that clock's offset from its own (apollo.clocks)."""
     job_id: int
     server: int
-    reports: list
+    reports: list[TaskReport]
     matrix: "np.ndarray | list[float]"  # float32 on the wire; a sender may hand a list
     matrix_time: float
     time: float
 
-    def __init__(self, job_id: int, server: int, reports: list, matrix: "np.ndarray | list[float]",
+    def __init__(self, job_id: int, server: int, reports: list[TaskReport], matrix: "np.ndarray | list[float]",
                  matrix_time: float, time: float = -1.0) -> None:
         self.job_id = job_id
         self.server = server
@@ -722,9 +722,9 @@ class Holding(Message):
     ``reports``: queued or running) and those that ended there lately (``ended``)."""
     job_id: int
     server: int
-    tasks: list
-    reports: list
-    ended: list
+    tasks: list[TaskSpec]
+    reports: list[TaskReport]
+    ended: list[TaskReport]
 
 
 wire(Holding, 19, job_id=NAT, server=NAT, tasks=lst(nested(TaskSpec)), reports=lst(nested(TaskReport)),

@@ -43,9 +43,10 @@ DEPENDS = ("apollo.cluster", "apollo.lifecycle", "apollo.shapes", "apollo.spec",
            "jm.policies.batch", "jm.policies.opportunistic", "jm.policies.pipeline")
 # The checker's complaints that are not errors at run time (mypyc calls these as Python would):
 # the JM's mixin calls JmState's methods and sets its fields outside the mixin's empty
-# __slots__ (which keeps interpreted JmState objects free of a __dict__); numpy-typed helpers
-# take a task or an array.
-LENIENT = ("--disable-error-code", "attr-defined", "--disable-error-code", "arg-type", "--disable-error-code", "misc")
+# __slots__ (which keeps interpreted JmState objects free of a __dict__). Argument types are
+# checked: a compiled function called with the wrong type from compiled code is not checked
+# at run time (a tuple passed for a list[...] crashed the process).
+LENIENT = ("--disable-error-code", "attr-defined", "--disable-error-code", "misc")
 PACKAGES = ("apollo", "jm", "pn", "rm")      # copied for the build (mypy follows their imports)
 ROOT = Path(__file__).resolve().parent.parent
 ENV = "APOLLO_NATIVE"

@@ -263,7 +263,7 @@ class JmState(ExtraAttempts):
         self.state[:] = int(S.PENDING)
         self.locality[:] = REMOTE
         self.server = np.full(n, -1, dtype=np.int64)
-        self._sent: list = [None] * n           # each task's last attempt as sent (its TaskSpec)
+        self._sent: list[TaskSpec | None] = [None] * n   # each task's last attempt as sent
         self._watch_at = np.inf                 # no queued task can be overdue before then
         self.used_tokens = 0.0
         self.outstanding_opp = 0.0
@@ -374,7 +374,7 @@ class JmState(ExtraAttempts):
         cur = self.state.item(t)
         ended = rep.state == DONE
         if cur in (DISPATCHED, RUNNING) and spec.attempt == self.attempt.item(t):
-            self._on_reports((rep,), server, now, rng, out)     # ours already (a repeated answer)
+            self._on_reports([rep], server, now, rng, out)      # ours already (a repeated answer)
             return
         if cur == DONE or (cur in (DISPATCHED, RUNNING) and not ended):
             if not ended:
@@ -402,7 +402,7 @@ class JmState(ExtraAttempts):
         if self.cfg.probe_slack_s > 0:
             self._watch_at = min(self._watch_at, float(self._silence_limits(t)))
         out.append(Log("adopted", (self.job_id, t, spec.attempt, server)))
-        self._on_reports((rep,), server, now, rng, out)
+        self._on_reports([rep], server, now, rng, out)
 
     def on_status(self, b: StatusBatch, now: float, rng) -> list:
         """A status batch: ``handle``'s path for one, without its dispatch on the event's type
@@ -567,7 +567,7 @@ class JmState(ExtraAttempts):
         return int(round(ready + self.used_tokens + self.outstanding_opp))
 
     # ---- status ----------------------------------------------------------------
-    def _on_reports(self, reports, server: int, now: float, rng, out: list) -> None:
+    def _on_reports(self, reports: list[TaskReport], server: int, now: float, rng, out: list) -> None:
         changed = False
         shift = self.view.pn_clocks.get(server)     # + shift: the PN's times on our clock
         n = self.n
@@ -667,7 +667,7 @@ class JmState(ExtraAttempts):
                                    self.ready_t.item(t), self.dispatch_t.item(t) if dispatch_t is None else dispatch_t,
                                    t_start, float(t_end), outcome, opp, st.spec.cpu, st.reps is not None, kind)))
 
-    def _task_done(self, t: int, cur: int, spec: TaskSpec, r, server: int, now: float, out: list,
+    def _task_done(self, t: int, cur: int, spec: TaskSpec, r: TaskReport, server: int, now: float, out: list,
                    shift: float = 0.0) -> None:
         """Attempt ``spec`` of task ``t`` (in state ``cur``) succeeded on ``server``. Every
         completion runs this: it reads the attempt's own TaskSpec (what the JM sent) rather than

@@ -37,6 +37,11 @@ JOBS_KEPT = 32
 # milliseconds of the first copy.
 DISPATCHES_KEPT = 8
 INF: Final = float("inf")      # (a constant: compiled, float("inf") would parse the string each time)
+# The lifecycle states a PN sets, as constants (compiled, TaskState.X is a class attribute lookup)
+DISPATCHED: Final = TaskState.DISPATCHED
+FAILED: Final = TaskState.FAILED
+READY: Final = TaskState.READY
+DONE: Final = TaskState.DONE
 NEVER_S = 1e9  # a wait that cannot happen (the shape exceeds the server); finite for the wire
 ABOUT_NOW_S = 1e-3   # the wait of a shape whose room should have freed by now but has not
 
@@ -208,11 +213,11 @@ class PnState:
         started: dict[int, list] = {}
         for spec in msg.tasks:
             if not (0 < spec.cpu <= cfg.cores + 1e-9 and 0 < spec.mem_gb <= cfg.mem_gb + 1e-9):
-                refused.append(TaskReport(spec.job_id, spec.task, spec.attempt, int(TaskState.FAILED),
+                refused.append(TaskReport(spec.job_id, spec.task, spec.attempt, int(FAILED),
                                           now, now, -1, f"needs {spec.cpu} cpu/{spec.mem_gb} GB; "
                                           f"server {self.server} has {cfg.cores}/{cfg.mem_gb}"))
                 continue
-            a = Attempt(spec, TaskState.DISPATCHED, now)
+            a = Attempt(spec, DISPATCHED, now)
             if spec.opportunistic:
                 self.opp_queue.append(a)
                 queued = True
@@ -313,7 +318,7 @@ class PnState:
         if msg.reply_to:
             self._reply_to(msg.job_id, msg.attempt >> 16, msg.reply_to)
         if a is None:
-            rep = self._end_of(key) or TaskReport(*key, int(TaskState.READY), now, now, -1, "unknown attempt")
+            rep = self._end_of(key) or TaskReport(*key, int(READY), now, now, -1, "unknown attempt")
         else:
             rep = TaskReport(*key, int(a.state), a.started_at if a.started_at >= 0 else now, 0.0, 0, "probed",
                              self._progress(a, now))
@@ -332,7 +337,7 @@ class PnState:
                 tasks.append(s)
                 reps.append(TaskReport(*s.key, int(a.state), a.started_at if a.started_at >= 0 else now, 0.0, 0,
                                        "held"))
-        done = int(TaskState.DONE)
+        done = int(DONE)
         ended = [r for r in self.ended if r.job_id == job and r.state == done]
         return [Send(msg.reply_to, Holding(job, self.server, tasks, reps, ended))]
 
@@ -372,7 +377,7 @@ class PnState:
                     starts = self._plan(now)[1]
                 start = starts[i]
                 reports.setdefault(s.job_id, []).append(
-                    TaskReport(s.job_id, s.task, s.attempt, int(TaskState.DISPATCHED), now,
+                    TaskReport(s.job_id, s.task, s.attempt, int(DISPATCHED), now,
                                start if start < NEVER_S else NEVER_S, 0, "queued"))
             else:
                 nxt = min(nxt, a.queued_at + wait)

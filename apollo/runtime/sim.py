@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from apollo.effects import CancelTimer, Kill, Launch, Log, Persist, Send, SetTimer, Spawn, Start, TaskExited, Timer
-from apollo.messages import pack, unpack
+from apollo.messages import TaskSpec, pack, unpack
 
 from .events import EventQueue
 from .hugepages import HeapPager
@@ -224,22 +224,29 @@ class SimRuntime:
                 if pager is not None:
                     pager.collapse()
                 began = events
-                for t, seq, kind, node, item, epoch in islice(entries, chunk):
+                for t, seq, kind, nd, item, epoch in islice(entries, chunk):
                     self.now = t
                     events += 1
+                    if kind == CALL:
+                        item()
+                        if self.stopped:
+                            break
+                        continue
+                    node: _Node = nd      # (typed: compiled, its fields are read as struct members)
                     if kind == DELIVER:
                         if node.epoch != epoch or not node.up:
                             self.dropped += 1           # the node crashed (or is down) since
                         else:
                             apply(node, node.handle(node.actor, unpack(item) if wire else item, t, rng))
                     elif kind == EXIT or kind == EXIT_FAILED:     # item: the task's TaskSpec
+                        task: TaskSpec = item
                         if node.epoch != epoch or not node.up:
                             pass                        # the node crashed under it
-                        elif killed and (node.address, item.key) in killed:
-                            killed.discard((node.address, item.key))
+                        elif killed and (node.address, task.key) in killed:
+                            killed.discard((node.address, task.key))
                         else:
                             ok = kind == EXIT
-                            apply(node, node.handle(node.actor, TaskExited(item.key, ok, 0 if ok else 1,
+                            apply(node, node.handle(node.actor, TaskExited(task.key, ok, 0 if ok else 1,
                                                                            "" if ok else "task failed"), t, rng))
                     elif kind == BATCH:
                         arrived = node.windows.pop(item)
@@ -252,8 +259,6 @@ class SimRuntime:
                         if timers.get(item) == seq and node.epoch == epoch:   # not re-set or cancelled since
                             del timers[item]
                             apply(node, node.handle(node.actor, Timer(item), t, rng))
-                    else:
-                        item()
                     if self.stopped:
                         break
                 if self.stopped or events - began < chunk:
@@ -333,20 +338,26 @@ class SimRuntime:
         epoch = node.epoch
         for e in effects:
             te = type(e)
+            # (each branch names its effect with its type: compiled, the fields are then read as
+            # struct members rather than looked up by name)
             if te is Send:
-                self._send(e.to, e.msg, 0.0, node.address)
+                send: Send = e
+                self._send(send.to, send.msg, 0.0, node.address)
             elif te is SetTimer:
+                timer: SetTimer = e
                 self.seq = seq = self.seq + 1
-                node.timers[e.key] = seq
-                queue.push((now + e.delay, seq, TIMER, node, e.key, epoch))
+                node.timers[timer.key] = seq
+                queue.push((now + timer.delay, seq, TIMER, node, timer.key, epoch))
             elif te is Log:
-                self.log_sink(e.kind, e.data, now)
+                log: Log = e
+                self.log_sink(log.kind, log.data, now)
             elif te is Launch:
-                dur, ok = self.task_model(node.address, e.task, e.locality, e.slowdown)
+                launch: Launch = e
+                dur, ok = self.task_model(node.address, launch.task, launch.locality, launch.slowdown)
                 self.seq = seq = self.seq + 1
                 # The exit event is made when it fires: ~50,000 tasks run at once at 20,000
                 # servers, and an object each kept meanwhile is memory every event pays for.
-                queue.push((now + dur, seq, EXIT if ok else EXIT_FAILED, node, e.task, epoch))
+                queue.push((now + dur, seq, EXIT if ok else EXIT_FAILED, node, launch.task, epoch))
             elif te is Kill:
                 self.killed.add((node.address, e.task_key))
             elif te is CancelTimer:
