@@ -217,6 +217,8 @@ class PnState:
                                           now, now, -1, f"needs {spec.cpu} cpu/{spec.mem_gb} GB; "
                                           f"server {self.server} has {cfg.cores}/{cfg.mem_gb}"))
                 continue
+            if self.running and spec.key in self.running:
+                continue        # an attempt already running here, sent again: one run of it, not two
             a = Attempt(spec, DISPATCHED, now)
             if spec.opportunistic:
                 self.opp_queue.append(a)

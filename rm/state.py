@@ -418,7 +418,14 @@ class RmState:
                 out.append(Persist("progress", (job_id, done)))
         for e in jobs.values():
             if e.host == h and e.admitted and e.job_id not in held and now - e.offered_at >= late:
-                out.append(self._offer(e, now))   # its StartJob was lost (or its JobDone: the host repeats it)
+                # The host does not run it: its StartJob was lost, or the host restarted and lost
+                # its JM, whose attempts may still be queued or running at PNs. Offered again as
+                # a new home of the job: its JM adopts what the PNs hold and numbers its own
+                # attempts above theirs (a fresh JM re-sent attempt 1 of tasks still running as
+                # attempt 1: a PN ran both under one key). (A finished job's host repeats its
+                # JobDone instead.)
+                e.generation += 1
+                out += [Persist("home", (e.job_id, e.host, e.generation)), self._offer(e, now)]
         return out
 
     def _check_hosts(self, now: float) -> list:

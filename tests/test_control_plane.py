@@ -87,6 +87,30 @@ def test_a_silent_host_is_dead_and_its_jobs_move_with_their_progress():
     assert start.to == other and start.msg.generation == 1 and start.msg.done == done
 
 
+def test_a_job_its_host_no_longer_runs_is_offered_again_as_a_new_home():
+    # The host restarted (or its StartJob was lost): the job is missing from its report. The
+    # next JM must adopt the attempts the PNs still hold, not send attempt 1 of every task again.
+    r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0",)))
+    (first,) = sends(r.handle(SubmitJob(-1, job(8), "c", "k"), 1.0, Rng()), StartJob)
+    assert first.msg.generation == 0
+    none = np.zeros(0, dtype=np.int64)
+    out = r.handle(HostReport("jmhost:0", none, none, none, none, none, []), 4.0, Rng())
+    (again,) = sends(out, StartJob)
+    assert again.to == "jmhost:0" and again.msg.generation == 1
+    r.validate()
+
+
+def test_a_pn_runs_an_attempt_sent_again_in_another_dispatch_once():
+    pn = PnState(0, PnConfig())
+    pn.handle(Start(), 0.0, Rng())
+    pn.handle(Dispatch(1, [task(0), task(1)], "jmhost:1"), 0.0, Rng())
+    out = pn.handle(Dispatch(1, [task(2), task(1)], "jmhost:1"), 0.1, Rng())   # (2 first: not a duplicate message)
+    from apollo.effects import Launch
+    assert [e.task.task for e in out if isinstance(e, Launch)] == [2]
+    assert sorted(k[1] for k in pn.running) == [0, 1, 2]
+    pn.validate()
+
+
 def test_a_job_goes_to_the_jm_host_with_the_fewest_live_jobs():
     r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0", "jmhost:1")))
     homes = []
