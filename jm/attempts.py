@@ -568,6 +568,9 @@ class ExtraAttempts:
         self.queued_seen[t] = False
         self.check_t[t] = np.inf
         self._sent[t] = spec
+        if self.cfg.probe_slack_s > 0:
+            # probed if silent too long, like any first attempt (its end's report may be lost)
+            self._watch_at = min(self._watch_at, float(self._silence_limits(t)))
 
     def _extras_on(self, lost: np.ndarray, now: float, out: list) -> None:
         """Extra attempts on servers that died or restarted: gone, no fault of the task."""

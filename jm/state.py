@@ -519,9 +519,12 @@ class JmState(ExtraAttempts):
             self._probe_stragglers(act[late_check], now, out)
         self.queued_seen[act[late_dup]] = False         # one look per attempt
         rest = ~late_dup
-        nxt = np.minimum(np.minimum(dup_due[rest], self.check_t[act[rest]]),
-                         self._silence_limits(act[rest]) if cfg.probe_slack_s > 0 else inf[rest])
-        self._watch_at = float(nxt.min()) if len(nxt) else np.inf
+        silent = self._silence_limits(act) if cfg.probe_slack_s > 0 else inf   # (last_heard as updated)
+        # next: a trigger, a straggler check, or silence, of every active attempt (those whose
+        # duplicate trigger fires now may still go silent)
+        nxt = np.minimum(np.minimum(dup_due[rest], self.check_t[act[rest]]), silent[rest])
+        self._watch_at = min(float(nxt.min()) if len(nxt) else np.inf,
+                             float(silent[late_dup].min()) if late_dup.any() else np.inf)
         for t in act[late_dup].tolist():
             self._consider_duplicate(t, now, rng, out, None)
 

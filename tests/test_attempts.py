@@ -176,6 +176,23 @@ def test_the_first_failing_hands_the_task_to_its_copy_not_to_a_retry():
     assert j.finished and j.done == 2
 
 
+def test_a_duplicate_that_takes_over_the_task_is_probed_when_it_goes_silent():
+    # A one-task job: its queued first attempt gets a duplicate, which starts first and becomes
+    # the task's attempt; its end is never heard (the report was lost). The JM must ask its PN,
+    # as for any attempt silent too long (apollo chaos seed 775: the job never ended).
+    j, out = one_task_job()
+    (srv, first), = sent(out)
+    (dsrv, dup), = sent(queued_long(j, srv, first.attempt, 5.0))
+    assert np.isfinite(j._watch_at)             # the first attempt may go silent too
+    j.handle(status(dsrv, dup.attempt, TaskState.RUNNING, t0=5.1), 5.1, Rng())
+    assert j.attempt[0] == dup.attempt
+    assert j._watch_at <= float(j._silence_limits(0))
+    later = float(j._silence_limits(0)) + 1.0
+    out = j.on_view(later, Rng())
+    assert [(e.to, e.msg.attempt) for e in out if isinstance(e, Send) and isinstance(e.msg, ProbeTask)] == \
+        [(f"pn:{dsrv}", dup.attempt)]
+
+
 def test_clones_go_out_with_the_first_within_the_grant_and_the_first_to_finish_wins():
     j, out = one_task_job(clones=3, clone_cpu=2.0)
     got = sent(out)
