@@ -131,7 +131,7 @@ class PnState:
     __slots__ = ("server", "cfg", "boot_time", "queue", "opp_queue", "running", "free_cpu", "free_mem",
                  "_matrix", "_matrix_time", "_waits", "_planned_at", "_avail", "_overdue_at", "_last_m", "_last_t", "_hb_due",
                  "_changed", "_quiet_due", "_revise_at", "_queued_due", "ended", "jm_at", "_dispatches", "_jm_default",
-                 "_idle_w")
+                 "_idle_w", "_gcpu", "_gmem")
 
     def __init__(self, server: int, config: PnConfig) -> None:
         self.server = server
@@ -157,6 +157,9 @@ class PnState:
         self._queued_due = INF         # when the armed "queued" report timer fires
         self.ended: list[TaskReport] = []                 # the latest attempts' ends, oldest first
         self._idle_w: list[float] | None = None            # this server's reading when idle (made once)
+        # the grid's sizes, held here: read on every reading (the grid is an interpreted class)
+        self._gcpu: tuple[float, ...] = config.grid.cpu
+        self._gmem: tuple[float, ...] = config.grid.mem
         self._dispatches: list[int] = []                  # the latest Dispatches' first attempts, as keys
         # Where a job's reports go: the first JM host this PN heard of, unless jm_at names another
         # (job -> (JM generation, host)); an entry only for jobs elsewhere keeps a PN of a
@@ -567,10 +570,10 @@ class PnState:
             self._revise_at = releases[0][0] if releases else INF
             if not self.queue:
                 # Nothing queued: room only grows as running tasks end (no plan needed).
-                w = release_waits(now, room[0], room[1], room[2], cfg.grid.cpu, cfg.grid.mem, NEVER_S)
+                w = release_waits(now, room[0], room[1], room[2], self._gcpu, self._gmem, NEVER_S)
             else:
                 prof, _ = self._plan(now, opp, room)
-                w = [min(x, NEVER_S) for x in prof.wait_matrix(cfg.grid.cpu, cfg.grid.mem)]
+                w = [min(x, NEVER_S) for x in prof.wait_matrix(self._gcpu, self._gmem)]
             self._waits, self._planned_at, self._avail = w, now, None
             self._matrix = w
             self._matrix_time = now
@@ -582,11 +585,11 @@ class PnState:
                 self._avail = avail = [w + t0 for w in self._waits]   # when each shape could start
                 # The room is what it was when planned (every change re-plans): the shapes it
                 # does not hold now are due when their running tasks are expected to end.
-                grid = self.cfg.grid
-                nm = len(grid.mem)
+                gcpu, gmem = self._gcpu, self._gmem
+                nm = len(gmem)
                 fc, fm = self.free_cpu + 1e-9, self.free_mem + 1e-9
                 self._overdue_at = min((a for k, a in enumerate(avail)
-                                        if not (grid.cpu[k // nm] <= fc and grid.mem[k % nm] <= fm)),
+                                        if not (gcpu[k // nm] <= fc and gmem[k % nm] <= fm)),
                                        default=INF)
             m = [a - now if a > now else 0.0 for a in avail]
             if now >= self._overdue_at:
