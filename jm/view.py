@@ -46,7 +46,9 @@ class ViewCache:
         # on this host's clock, turned from the sender's on arrival.
         self.pn_clocks = Offsets(servers)
         self.rm_clock = Offsets(1)
-        self._free, self._free_at, self._slots = None, -1, {}
+        self._free: np.ndarray = np.zeros(0)         # free_slots_reported's CPUs per server ...
+        self._free_at = -1                           # ... as of this view version ...
+        self._slots: dict[float, int] = {}           # ... and its answers by task size
 
     def free_slots_reported(self, cpu: float) -> int:
         """How many tasks of ``cpu`` CPUs the live servers could start now as reported (less
