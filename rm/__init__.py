@@ -1,0 +1,3 @@
+# (Imported first so that APOLLO_NATIVE, read by the apollo package, can load the compiled
+# modules of this package in place of its Python: apollo.native.)
+import apollo  # noqa: F401

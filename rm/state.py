@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -87,7 +88,7 @@ class JobEntry:
     settle_until: float = -1.0       # no kill asked of it before then (the last one's effect is unknown)
     key: str = ""                    # the client's idempotency key
     seq: int = 0                     # seq of the last token message sent to its JM
-    last_tokens: object = None       # that message (re-sent to a JM that reports an older seq)
+    last_tokens: Any = None          # that message (re-sent to a JM that reports an older seq)
     generation: int = 0              # JM homes it has had (a JM host died: the next one adopts)
     offered_at: float = -1.0         # when StartJob was last sent to its host
     done: bytes = b""                # its finished tasks, as its JM host last reported
@@ -140,8 +141,8 @@ class RmState:
         self.shares: dict[str, float] = {}                # queue -> share at the last round
         self._soon = False               # an admission round is due shortly
         self._policy_at = math.inf       # when the sharing policy asked to run again
-        self._published = None           # the queue state last persisted
-        self._checked = None             # the last round's (snapshot, allocation), not yet validated
+        self._published: tuple | None = None    # the queue state last persisted
+        self._checked: tuple | None = None      # the last round's (snapshot, allocation), not yet validated
         self._started_at = 0.0
         # JM hosts: when each last reported (all presumed alive at start), and which are alive
         self.host_seen: dict[str, float] = {h: 0.0 for h in config.jm_hosts}

@@ -18,7 +18,7 @@ ROOT = native.ROOT
 
 
 def _copy_sources(dest: Path) -> None:
-    for m in native.MODULES + native.DEPENDS + ("rm.state",):
+    for m in native.MODULES + native.DEPENDS + ("apollo.cli",):
         src = native._source(m)
         out = dest / src.relative_to(ROOT)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -29,7 +29,7 @@ def test_a_build_is_named_after_the_sources_it_is_compiled_from_and_against(tmp_
     _copy_sources(tmp_path)
     key = native.source_key(tmp_path)
     assert key == native.source_key(tmp_path)
-    native._source("rm.state", tmp_path).write_text("# not compiled, not imported by what is\n")
+    native._source("apollo.cli", tmp_path).write_text("# not compiled, not imported by what is\n")
     assert native.source_key(tmp_path) == key
     for m in ("pn.state", "apollo.messages"):        # compiled; imported by what is
         p = native._source(m, tmp_path)
