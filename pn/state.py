@@ -147,14 +147,14 @@ class PnState:
         self._waits: list[float] = []           # the last planned waits, from _planned_at
         self._planned_at = 0.0
         self._avail: list | None = None         # absolute start times of the shapes, made on demand
-        self._overdue_at = INF         # when a shape the room does not fit now is due
+        self._overdue_at = INF                  # when a shape the room does not fit now is due
         self._last_m: list | None = None        # the last planned reading, kept across changes,
         self._last_t = 0.0                      # and when it was planned
-        self._hb_due = INF             # when the armed heartbeat timer fires
+        self._hb_due = INF                      # when the armed heartbeat timer fires
         self._changed = True                    # the queues changed since the last heartbeat
         self._quiet_due = 0.0                   # a heartbeat is due by then even if nothing changes
-        self._revise_at = INF          # a running task outlives its planned end then
-        self._queued_due = INF         # when the armed "queued" report timer fires
+        self._revise_at = INF                   # a running task outlives its planned end then
+        self._queued_due = INF                  # when the armed "queued" report timer fires
         self.ended: list[TaskReport] = []                 # the latest attempts' ends, oldest first
         self._idle_w: list[float] | None = None            # this server's reading when idle (made once)
         # the grid's sizes, held here: read on every reading (the grid is an interpreted class)
