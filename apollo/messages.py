@@ -183,12 +183,8 @@ class Message:
             vals[i] = enc(vals[i])
         return vals
 
-    @classmethod
-    def from_wire(cls, v: Any, where: str = "") -> "Message":
-        return _FROM_WIRE[cls](v, where)
 
-
-_FROM_WIRE: dict[type, Callable[..., Any]] = {}     # class -> its generated decoder
+_FROM_WIRE: dict[type, Callable[..., Any]] = {}     # class -> its generated decoder (decode, nested)
 
 
 def _from_wire_checked(cls: type, v: Any, where: str = "") -> Any:
