@@ -204,7 +204,10 @@ def test_dashboard_in_a_browser_shows_servers_and_running_jobs(cluster, tmp_path
                 deadline = time.monotonic() + 8
                 while True:
                     dom = json.loads(await b.evaluate(probe) or "{}")
-                    if dom.get("status") == "live" and sorted(dom["running"]) == ids and dom["tasks"] == 6:
+                    # (the heat map follows the PNs' heartbeats, which may come a moment after the task
+                    # counts: wait for both rather than read one snapshot)
+                    if dom.get("status") == "live" and sorted(dom["running"]) == ids and dom["tasks"] == 6 \
+                            and dom["busy"] >= 3:
                         break
                     assert time.monotonic() < deadline, f"the dashboard did not show the running jobs: {dom}"
                     await asyncio.sleep(0.2)
