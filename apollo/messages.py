@@ -295,17 +295,21 @@ def _stage_to_wire(s: StageSpec) -> list:
             dict(s.env), s.cwd, s.timeout_s]
 
 
+_OPT_F64, _OPT_STR, _STR_TUPLE, _OPT_STR_TUPLE, _OPT_FLOAT = (
+    opt(F64)[1], opt(STR)[1], tup(STR)[1], opt(tup(STR))[1], opt(FLOAT)[1])
+
+
 def _stage_from_wire(v: Any, w: str) -> StageSpec:
     if type(v) is not list or len(v) != 12:
         raise WireError(f"{w}: a stage is an array of 12 fields")
     s = StageSpec(
-        name=_str(v[0], f"{w}.name"), tasks=_nonneg_int(v[1], f"{w}.tasks"),
-        durations_s=F64[1](v[2], f"{w}.durations_s"), cpu=_float(v[3], f"{w}.cpu"),
-        mem_gb=_float(v[4], f"{w}.mem_gb"),
-        input_bytes=opt(F64)[1](v[5], f"{w}.input_bytes"), dataset=opt(STR)[1](v[6], f"{w}.dataset"),
-        depends_on=tup(STR)[1](v[7], f"{w}.depends_on"),
-        command=opt(tup(STR))[1](v[8], f"{w}.command"), env=STR_MAP[1](v[9], f"{w}.env"),
-        cwd=opt(STR)[1](v[10], f"{w}.cwd"), timeout_s=opt(FLOAT)[1](v[11], f"{w}.timeout_s"))
+        name=_str(v[0], w + ".name"), tasks=_nonneg_int(v[1], w + ".tasks"),
+        durations_s=F64[1](v[2], w + ".durations_s"), cpu=_float(v[3], w + ".cpu"),
+        mem_gb=_float(v[4], w + ".mem_gb"),
+        input_bytes=_OPT_F64(v[5], w + ".input_bytes"), dataset=_OPT_STR(v[6], w + ".dataset"),
+        depends_on=_STR_TUPLE(v[7], w + ".depends_on"),
+        command=_OPT_STR_TUPLE(v[8], w + ".command"), env=STR_MAP[1](v[9], w + ".env"),
+        cwd=_OPT_STR(v[10], w + ".cwd"), timeout_s=_OPT_FLOAT(v[11], w + ".timeout_s"))
     return s
 
 

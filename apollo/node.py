@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -174,12 +175,24 @@ async def serve(folder: Path, role: str, index: int) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     (folder / f"ready-{role}{index}").write_text(str(os.getpid()))
+    quiet_collector()
     await stop.wait()
     if http is not None:
         await http.cleanup()
     await rt.stop()
     if isinstance(rt.log_sink, EventFile):
         rt.log_sink.close()
+
+
+def quiet_collector() -> None:
+    """Keep the cyclic garbage collector off the message path of a long-running process: what
+    start-up made is frozen (never scanned again), and a young collection runs every 50,000
+    container allocations rather than 700 (a job's start makes hundreds: with the default one
+    ran every job or two, tens of microseconds inside its round trip). Cycles are still
+    collected, less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
 
 
 class _JoinAnswer:

@@ -9,9 +9,18 @@ gets (see apollo.cluster.IoModel).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+
+def _finite_nonneg(a: np.ndarray) -> bool:
+    """Every item finite and >= 0. (A spec is checked wherever it is decoded, on every job's
+    path to its first task: a small one in Python, ~0.3 us, not numpy's ~5 us of calls.)"""
+    if len(a) <= 64:
+        return all(0.0 <= x < math.inf for x in a.tolist())
+    return bool(a.min() >= 0.0 and a.max() < math.inf)     # (a NaN fails both)
 
 
 class SpecError(ValueError):
@@ -47,15 +56,15 @@ class StageSpec:
             raise SpecError(f"{at}: tasks must be >= 1, got {self.tasks}")
         if self.durations_s.shape != (self.tasks,):
             raise SpecError(f"{at}: durations_s has shape {self.durations_s.shape}, expected ({self.tasks},)")
-        if not np.all(np.isfinite(self.durations_s)) or np.any(self.durations_s < 0):
+        if not _finite_nonneg(self.durations_s):
             raise SpecError(f"{at}: durations_s must be finite and >= 0")
         if not (self.cpu > 0) or not (self.mem_gb > 0):
             raise SpecError(f"{at}: cpu and mem_gb must be > 0 (cpu={self.cpu}, mem_gb={self.mem_gb})")
         if self.input_bytes is not None:
             if self.input_bytes.shape != (self.tasks,):
                 raise SpecError(f"{at}: input_bytes has shape {self.input_bytes.shape}, expected ({self.tasks},)")
-            if np.any(self.input_bytes < 0):
-                raise SpecError(f"{at}: input_bytes must be >= 0")
+            if not _finite_nonneg(self.input_bytes):
+                raise SpecError(f"{at}: input_bytes must be finite and >= 0")
         if self.timeout_s is not None and not self.timeout_s > 0:
             raise SpecError(f"{at}: timeout_s must be > 0")
 

@@ -750,11 +750,12 @@ class JmState(ExtraAttempts):
             out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
             self.state[t] = step(int(self.state[t]), "kill")
         done = JobDone(self.job_id, ok, reason, now, self.done)
-        out.append(Send(self.cfg.rm, done))
         if self.reply_to:
-            # Straight to the submitter as well: the RM is not on the critical path of a job's
-            # completion either (it forwards its own copy; submitters take the first).
+            # Straight to the submitter, first: the RM is not on the critical path of a job's
+            # completion (it forwards its own copy later, in case this one is lost; submitters
+            # take the first).
             out.append(Send(self.reply_to, done))
+        out.append(Send(self.cfg.rm, done))
         out.append(Log("job_done", (self.job_id, ok, self.submitted_at, now, self.n, reason)))
 
     # ---- scheduling ------------------------------------------------------------

@@ -152,6 +152,10 @@ class RmState:
         self.hosts_alive: list[str] = list(config.jm_hosts)
         self.by_key: dict[str, int] = {}                  # idempotency key -> job id
         self.outcomes: dict[int, JobDone] = {}            # finished jobs' answers (for retries)
+        # The RM's copies of JobDones a JM host also sent its submitter directly: the safety net
+        # for a lost direct copy, sent with the next tick's messages (one write for many), not
+        # on the job's critical path, which the direct copy is
+        self._copies_due: list[tuple[str, JobDone]] = []
         self._seq = 0                    # token message seq; (RM boots << 32) + count
         self.clone_budget = CloneBudget(config.clones)
         self._now = 0.0                  # the time of the event being handled
@@ -201,7 +205,7 @@ class RmState:
         if t is HostReport:
             return self._on_host_report(event, now)
         if t is JobDone:
-            return self._on_done(event, now)
+            return self._on_done(event, now, told_submitter=True)
         if t is CancelJob:
             return self._on_cancel(event, now)
         if t is Start:
@@ -263,6 +267,9 @@ class RmState:
 
     def _tick(self, now: float) -> list:
         out: list = [SetTimer(self.cfg.view_interval_s, "tick")]
+        if self._copies_due:
+            out += [Send(to, done) for to, done in self._copies_due]
+            self._copies_due = []
         out += self._check_hosts(now)
         if now - self._started_at < self.cfg.dead_after_s and not self.alive.all():
             # Just (re)started: servers we have not heard from yet are unknown, not dead. A view
@@ -318,11 +325,12 @@ class RmState:
         # Stored (with its host, if admitted at once: one write on the job's critical path, not
         # two), then acknowledged; the StartJob in ``start`` goes out after the write too.
         start = [x for x in start if not (type(x) is Persist and x.op == "home")]
-        out: list = [Persist("put", (job_id, spec, now, msg.reply_to, msg.key, e.host)),
-                     Log("job_submitted", (job_id, now, spec.total_tasks, leaf, spec.user))]
+        # (The StartJob before the acknowledgement: it is on the job's critical path, which the
+        # acknowledgement is not: the submitter takes a JobDone that overtakes it.)
         where = "" if e.admitted else f"waiting in queue {leaf} at position {self.positions[job_id][1]}"
-        out.append(Send(msg.reply_to, JobAccepted(job_id, spec.name, True, where, msg.key)))
-        return out + start
+        return [Persist("put", (job_id, spec, now, msg.reply_to, msg.key, e.host))] + start + [
+            Send(msg.reply_to, JobAccepted(job_id, spec.name, True, where, msg.key)),
+            Log("job_submitted", (job_id, now, spec.total_tasks, leaf, spec.user))]
 
     def _resubmitted(self, msg: SubmitJob) -> list:
         """A retried submission (same key): acknowledge the job stored for it again, and repeat
@@ -652,14 +660,20 @@ class RmState:
             self.positions.pop(e.job_id, None)
         self._tokens_dirty = True
 
-    def _on_done(self, msg: JobDone, now: float) -> list:
+    def _on_done(self, msg: JobDone, now: float, told_submitter: bool = False) -> list:
+        """A job ended: stored, then its submitter told (now, unless a JM host, which sends
+        ``told_submitter`` JobDones to the submitter too, already did: then at the next tick)."""
         e = self.jobs.get(msg.job_id)
         if e is None or e.state != "running":
             return []
         e.state = msg.state
         self._forget(e)
         self.outcomes[msg.job_id] = msg
-        out = [Persist("finish", (msg.job_id, e.state, msg.reason, now)), Send(e.reply_to, msg)]
+        out: list = [Persist("finish", (msg.job_id, e.state, msg.reason, now))]
+        if told_submitter:
+            self._copies_due.append((e.reply_to, msg))
+        else:
+            out.append(Send(e.reply_to, msg))
         if e.admitted and self.positions:
             out += self._soon_round()       # its place may go to a waiting job
         return out
