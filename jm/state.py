@@ -493,7 +493,11 @@ class JmState(ExtraAttempts):
 
     def _silence_limits(self, ids):
         """When an attempt not heard of since is probed."""
-        return self.last_heard[ids] + 2.0 * (self.exp_wait[ids] + self.est_sent[ids]) + self.cfg.probe_slack_s
+        return self._silence_limit(self.last_heard[ids], self.exp_wait[ids], self.est_sent[ids])
+
+    def _silence_limit(self, heard, exp_wait, est_runtime):
+        """... from when it was last heard of, its expected wait and its runtime with I/O."""
+        return heard + 2.0 * (exp_wait + est_runtime) + self.cfg.probe_slack_s
 
     def _check_active(self, now: float, rng, out: list) -> None:
         """Look again at queued tasks that have waited significantly long (duplicate triggers),
@@ -1057,8 +1061,8 @@ class JmState(ExtraAttempts):
                     est_rt[mk] = st.est_runtime + cfg.io.init_s + st.in_bytes[local] / bw[where[mk]]
         self.view.record_dispatches(srv, est_rt * cpu / cores, cpu, now)
         self.est_sent[ids] = est_rt
-        if cfg.probe_slack_s > 0:
-            self._watch_at = min(self._watch_at, float(self._silence_limits(ids).min()))
+        if cfg.probe_slack_s > 0:       # (heard of now, the columns just set)
+            self._watch_at = min(self._watch_at, float(self._silence_limit(now, wait[:n], est_rt).min()))
         w = wait[:n]
         if single:
             st = stages[0]
