@@ -241,8 +241,12 @@ class JmState(ExtraAttempts):
         self.n = n
         self._cpu_of = np.array([st.spec.cpu for st in self.stages])
         self._bw = config.io.bandwidths()
-        self._in_bytes = np.concatenate([st.in_bytes for st in self.stages]) if self.stages else np.zeros(0)
-        self.stage_of = np.arange(len(self.stages), dtype=np.int32).repeat([s.n for s in self.stages])
+        if len(self.stages) == 1:      # (the common case, without numpy's concatenate and repeat)
+            self._in_bytes = self.stages[0].in_bytes
+            self.stage_of = np.zeros(n, dtype=np.int32)
+        else:
+            self._in_bytes = np.concatenate([st.in_bytes for st in self.stages]) if self.stages else np.zeros(0)
+            self.stage_of = np.arange(len(self.stages), dtype=np.int32).repeat([s.n for s in self.stages])
         # Per-task columns, carved out of three blocks (a JM of a small job is made in a few
         # allocations, not fifteen: job start-up is on every job's critical path).
         f64 = np.zeros((8, n))
@@ -260,7 +264,7 @@ class JmState(ExtraAttempts):
         i8 = np.zeros((4, n), dtype=np.int8)
         self.state, self.locality = i8[0], i8[1]
         self.opp, self.queued_seen = i8[2].view(bool), i8[3].view(bool)   # queued_seen: reported queued
-        self.state[:] = int(S.PENDING)
+        self.state[:] = PENDING
         self.locality[:] = REMOTE
         self.server = np.full(n, -1, dtype=np.int64)
         self._sent: list[TaskSpec | None] = [None] * n   # each task's last attempt as sent
@@ -826,8 +830,12 @@ class JmState(ExtraAttempts):
             placed = ids[ok]
             # Dispatch in order of quality while tokens last: least time lost for Apollo's
             # lookahead, else lowest expected wait first.
-            order = self._quality_order(placed, wait[ok], where[ok], now) if cfg.lookahead > 1 and \
-                gate.lookahead else wait[ok].argsort(kind="stable")
+            if len(placed) == 1:
+                order: Any = slice(None)        # (one task: no order to find)
+            elif cfg.lookahead > 1 and gate.lookahead:
+                order = self._quality_order(placed, wait[ok], where[ok], now)
+            else:
+                order = wait[ok].argsort(kind="stable")
             placed, psrv = placed[order], servers[ok][order]
             n_placed = self._dispatch(placed, psrv, wait[ok][order], where[ok][order], now, opp_room, out, rng)
             if n_placed < len(batch):    # the rest go back in their priority order
