@@ -139,7 +139,8 @@ async def test_end_to_end_across_runtimes_over_tcp(tmp_path):
         await wait_until(lambda: client.done, timeout=8, what="JobDone")
         check_job(client, rec_a, tmp_path / "b")
         assert b.local_messages == 0 and c.local_messages == 0   # everything they sent went over TCP
-        # JobAccepted, then JobDone twice: the JM host's own and the RM's copy
+        # JobAccepted, then JobDone twice: the JM host's own and the RM's copy (with its next tick)
+        await wait_until(lambda: c.node.frames_in >= 3, timeout=3, what="the RM's copy of JobDone")
         assert a.node.frames_in > 0 and b.node.frames_in > 0 and c.node.frames_in == 3
         assert b.node.frames_out > b.node.writes                   # batched
         assert sorted(p[1] for p in a.node.peers()) == ["", b.address]   # one connection per pair
