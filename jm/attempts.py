@@ -229,8 +229,11 @@ class ExtraAttempts:
         left = max(upd - elapsed, elapsed - decided) if new_wait is None else max(upd - elapsed, 0.0)
         here = left + io.io_time(in_b, self.locality.item(t))
         there = wait + io.io_time(in_b, where)
-        if there + slack >= here or f * there > here:
-            return          # not significantly better: leave it where it is
+        if there + slack >= here or f * there > here or wait > slack:
+            # not significantly better, or it would queue there: a duplicate holds nothing, and
+            # queued it is a phantom in that server's queue, making every JM's view of the
+            # server worse until it is killed
+            return
         self._send_extra(t, DUPLICATE, s, wait, where, now, out, HOLD_NONE, trigger)
         out.append(Log("duplicate", (self.job_id, t, trigger)))
 

@@ -51,8 +51,11 @@ def status(server, attempt, state, t0=0.0, t1=0.0, detail="", progress=-1.0, tas
 
 
 def queued_long(j, first_server, first_attempt, now):
-    """The first attempt reported queued, then no start heard until ``now``."""
+    """The first attempt reported queued, then no start heard until ``now`` (every other server
+    vouched for just now: idle)."""
     j.handle(status(first_server, first_attempt, TaskState.DISPATCHED), 0.5, Rng())
+    j.view.stamps[:] = now
+    j.view.time = now
     return j.on_view(now, Rng())
 
 
@@ -358,3 +361,12 @@ def test_a_cloned_task_whose_every_attempt_straggles_gets_a_copy():
 def test_no_copy_while_a_clone_may_still_be_on_time():
     j, (srv, f0), _ = cloned_peers(clone_started=7.5)      # the clone started late
     assert not sent(straggling(j, srv, f0, 8.0, progress=0.1))
+
+
+def test_no_duplicate_where_it_would_queue():
+    """A duplicate holds nothing: it goes only where it would start about now, not into another
+    queue (where it would be a phantom in that server's reading)."""
+    j, out = one_task_job(v=view(wait=3.0))
+    (srv, first), = sent(out)
+    j.view.matrices[srv] = 60.0
+    assert not sent(queued_long(j, srv, first.attempt, 30.0))
