@@ -15,9 +15,9 @@ from apollo.clocks import Offsets
 from apollo.messages import ClusterView
 from apollo.shapes import GRID, ShapeGrid
 
-IDLE_CHECK_S = 0.01
+IDLE_CHECK_S = 0.01     # has_idle re-scans the lightly loaded servers at most this often
 SMALL_BATCH = 8         # dispatches recorded one by one up to this many (record_dispatches)
-BOOT_JITTER_S = 0.01    # boot times from the RM closer than this to ours are the same boot     # has_idle re-scans the lightly loaded servers at most this often
+BOOT_JITTER_S = 0.01    # boot times from the RM closer than this to ours are the same boot
 
 
 class ViewCache:

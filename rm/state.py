@@ -323,10 +323,9 @@ class RmState:
             self.by_key[msg.key] = job_id
         start = self._admit_now(e, now)
         # Stored (with its host, if admitted at once: one write on the job's critical path, not
-        # two), then acknowledged; the StartJob in ``start`` goes out after the write too.
+        # two), then the StartJob in ``start``, then the acknowledgement: the StartJob is on the
+        # job's critical path and the acknowledgement is not (a JobDone may overtake it).
         start = [x for x in start if not (type(x) is Persist and x.op == "home")]
-        # (The StartJob before the acknowledgement: it is on the job's critical path, which the
-        # acknowledgement is not: the submitter takes a JobDone that overtakes it.)
         where = "" if e.admitted else f"waiting in queue {leaf} at position {self.positions[job_id][1]}"
         return [Persist("put", (job_id, spec, now, msg.reply_to, msg.key, e.host))] + start + [
             Send(msg.reply_to, JobAccepted(job_id, spec.name, True, where, msg.key)),
