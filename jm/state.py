@@ -802,6 +802,7 @@ class JmState(ExtraAttempts):
         # ``depth`` for pipelined tasks): a larger batch would only cost rows pushed back unmatched.
         cap = min(cfg.max_batch, max(1, self.view.alive_count) * depth) if prof.matcher.one_per_slot \
             else cfg.max_batch
+        one_by_one = cfg.single_fast_path and prof.matcher.single
         for _ in range(cfg.max_batches_per_pass):
             reg_room = self.tokens * depth - self.used_tokens
             # (opportunistic tasks only go to idle servers: with none, no batch is matched for them)
@@ -820,6 +821,21 @@ class JmState(ExtraAttempts):
             batch = self._pop_ready(min(want, cap))
             if not batch:
                 break
+            if len(batch) == 1 and one_by_one:
+                # (the same steps as below for a batch of one, in plain numbers: a small job's
+                # start is on its critical path, and numpy's per-call cost is most of it)
+                t = batch[0]
+                srv1, wait1, where1 = self._place_one(t, now, rng)
+                if srv1 == UNMATCHED:
+                    self._push_back(batch)
+                    blocked = True
+                    break
+                if not self._dispatch_one(t, srv1, wait1, where1, now, opp_room, out, rng):
+                    self.passed_at[t] = min(self.passed_at.item(t), now)
+                    self._push_back(batch)
+                    break
+                placed_total += 1
+                continue
             ids = np.asarray(batch, dtype=np.int64)
             servers, wait, where = self._place(ids, now, rng)
             ok = servers != UNMATCHED
@@ -917,20 +933,26 @@ class JmState(ExtraAttempts):
         the profile's candidates, filters and matcher (jm.policies.pipeline)."""
         cfg = self.cfg
         prof = self._prof
-        sidx = self.stage_of[ids]
         m = prof.matcher
         if len(ids) == 1 and cfg.single_fast_path and m.single:
-            t = int(ids[0])
-            st = self.stages[int(sidx[0])]
-            local = t - st.offset
-            reps1 = st.reps[local].tolist() if st.reps is not None else [-1, -1, -1]
-            b = Batch(now, self.view, cfg, ids, sidx, None, float(st.in_bytes[local]), st.est_runtime, st.shape,
-                      st.spec.cpu, 1, reps1[0] >= 0)
-            return place_one(b, prof, self._fstates, self._fail_rate, rng, reps1)
+            srv, wait, where = self._place_one(int(ids[0]), now, rng)
+            return np.array([srv], dtype=np.int64), np.array([wait]), np.array([where])
+        sidx = self.stage_of[ids]
         reps, in_bytes, runtime, shape, cpu = self._task_columns(ids, sidx)
         b = Batch(now, self.view, cfg, ids, sidx, reps, in_bytes, runtime, shape, cpu,
                   self._batch_depth(sidx) if m.one_per_slot else 1, reps[:, 0] >= 0)
         return place(b, prof, self._fstates, self._fail_rate, rng)
+
+    def _place_one(self, t: int, now: float, rng) -> tuple[int, float, int]:
+        """_place for one task (cfg.single_fast_path, a matcher whose answer for one task is its
+        cheapest candidate), in plain numbers: (server or UNMATCHED, expected wait, locality)."""
+        si = self.stage_of.item(t)
+        st = self.stages[si]
+        local = t - st.offset
+        reps1 = st.reps[local].tolist() if st.reps is not None else [-1, -1, -1]
+        b = Batch(now, self.view, self.cfg, (t,), (si,), None, float(st.in_bytes.item(local)), st.est_runtime,
+                  st.shape, st.spec.cpu, 1, reps1[0] >= 0)
+        return place_one(b, self._prof, self._fstates, self._fail_rate, rng, reps1)
 
     def _batch_depth(self, sidx: np.ndarray) -> int:
         """Tasks one server may take in a batch: the smallest pipelining depth among its stages
@@ -966,6 +988,55 @@ class JmState(ExtraAttempts):
             shape[m] = st.shape
             cpu[m] = st.spec.cpu
         return reps, in_bytes, runtime, shape, cpu
+
+    def _dispatch_one(self, t: int, s: int, wait: float, where: int, now: float, opp_room: float, out: list,
+                      rng) -> bool:
+        """_dispatch for one task, in plain numbers: the same state and effects (tests hold the
+        two to each other). A task that would go opportunistically, a job with a stateful
+        filter or with clones goes the general way. Returns whether it went out."""
+        cfg = self.cfg
+        si = self.stage_of.item(t)
+        st = self.stages[si]
+        spec = st.spec
+        cpu = spec.cpu
+        reg_room = (self.tokens - self.used_tokens) + self.tokens * (self._depth(st) - 1)
+        if cpu > reg_room + 1e-9 or self._prof.stateful or self.clones > 1:
+            return self._dispatch(np.array([t], dtype=np.int64), np.array([s], dtype=np.int64), np.array([wait]),
+                                  np.array([where]), now, opp_room, out, rng) > 0
+        if self.state.item(t) != READY:
+            step(self.state.item(t), "dispatch")     # raises IllegalTransition
+        self.used_tokens += cpu
+        a = self.attempt.item(t)
+        a = (max(a, self.generation << 16) if self.generation else a) + 1
+        self.attempt[t] = a
+        self.state[t] = DISPATCHED
+        self.server[t] = s
+        self.opp[t] = False
+        self.dispatch_t[t] = now
+        self.exp_wait[t] = wait
+        self.queued_seen[t] = False
+        self.last_heard[t] = now
+        self.passed_at[t] = np.inf
+        self.start_t[t] = -1.0
+        self.locality[t] = where
+        local = t - st.offset
+        in_bytes = float(st.in_bytes.item(local))
+        est_rt = st.est_runtime + cfg.io.init_s + in_bytes / self._bw.item(where)
+        self.view.record_dispatch(s, est_rt * cpu / cfg.topology.cores, cpu, now)
+        self.est_sent[t] = est_rt
+        if cfg.probe_slack_s > 0:
+            self._watch_at = min(self._watch_at, float(self._silence_limit(now, wait, est_rt)))
+        st.wait_sum += wait
+        st.wait_n += 1
+        if cfg.copies and self._prof.corrections:
+            chk = float(self._next_check(now, wait, est_rt + (self._straggler_baseline(st) - st.est_runtime)))
+            self.check_t[t] = chk
+            self._watch_at = min(self._watch_at, chk)
+        self._sent[t] = task = TaskSpec(self.job_id, t, a, si, cpu, spec.mem_gb, float(spec.durations_s.item(local)),
+                                        in_bytes, where, est_rt, False, spec.command, spec.env, spec.cwd,
+                                        spec.timeout_s, spec.command is not None)
+        out.append(Send(pn_address(s), Dispatch(self.job_id, [task], cfg.host)))
+        return True
 
     def _dispatch(self, ids: np.ndarray, srv: np.ndarray, wait: np.ndarray, where: np.ndarray, now: float,
                   opp_room: float, out: list, rng=None) -> int:

@@ -1,13 +1,27 @@
-"""jm.single (one task in plain floats) against the vectorised placement: the same answer."""
+"""jm.single and JmState's one-task steps (plain floats) against the vectorised placement and
+dispatch: the same answers."""
 import dataclasses
+import functools
+import json
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as hs
 
+from apollo import simulate
+
 from apollo.cluster import IoModel, Topology
+from apollo.effects import Timer
 from apollo.shapes import ShapeGrid
+from apollo.simulate import SimConfig, run_simulation
 from apollo.spec import JobSpec, StageSpec
+from apollo.stragglers import DOLLY
+from apollo.workloads import load_workload
+from apollo.lifecycle import TaskState
+from apollo.messages import Holding, StatusBatch, TaskReport
 from jm.state import JmConfig, JmState
+
+DISPATCHED, RUNNING, DONE, FAILED = TaskState.DISPATCHED, TaskState.RUNNING, TaskState.DONE, TaskState.FAILED
 from jm.view import ViewCache
 
 GRID = ShapeGrid((1.0, 2.0, 4.0), (2.0, 4.0, 8.0, 16.0))
@@ -61,3 +75,84 @@ def test_one_task_placement_equals_the_vectorised_one(seed, servers, racks, poli
     assert a[0].tolist() == b[0].tolist()
     assert a[1].tolist() == b[1].tolist()
     assert a[2].tolist() == b[2].tolist()
+
+
+def _report(workload: str, cfg: SimConfig) -> str:
+    r = run_simulation(load_workload(workload, seed=1), cfg)
+    r.pop("throughput")
+    return json.dumps(r, sort_keys=True)
+
+
+@pytest.mark.parametrize("workload,extra", [
+    ("fb2009:jobs=15", dict(fail_prob=0.03, opportunistic=True, slow_fraction=0.2)),
+    ("fb2009:jobs=20", dict(jm_hosts=2, crashes=[(4.0, "jm:0", 2.0)], host_dead_after_s=1.0)),
+    ("heavytail:jobs=25", dict(delay=(2.0, 2.0))),
+    ("heavytail:jobs=25", dict(stragglers=DOLLY, clone_beta=0.1)),
+])
+def test_a_batch_of_one_placed_and_dispatched_in_plain_numbers_runs_as_the_vectorised_steps(
+        monkeypatch, workload, extra):
+    """JmState's one-task steps (_place_one, _dispatch_one) against _place/_dispatch on arrays:
+    whole seeded runs, every actor validated after every event, give the same report."""
+    cfg = SimConfig(servers=30, racks=3, seed=4, check=True, **extra)
+    fast = _report(workload, cfg)
+    monkeypatch.setattr(simulate, "JmConfig", functools.partial(JmConfig, single_fast_path=False))
+    assert _report(workload, cfg) == fast
+
+
+def _snapshot(j: JmState) -> str:
+    """Everything a JM holds (its columns, counters, per-task memories) and its host's ledger."""
+    skip = {"cfg", "view", "spec", "_prof", "_fstates", "stages"}
+    slots = [n for cls in type(j).__mro__ for n in getattr(cls, "__slots__", ()) if n not in skip]
+    fields = {n: getattr(j, n, None) for n in slots}
+    fields = {n: v.tolist() if isinstance(v, np.ndarray) else v for n, v in fields.items()}
+    stages = [(st.est_runtime, st.wait_sum, st.wait_n, list(st.ready), st.remaining) for st in j.stages]
+    v = j.view
+    return repr((sorted(fields.items()), stages, v.sent_wait.tolist(), v.sent_cpu.tolist(), v.sent_at.tolist()))
+
+
+@pytest.mark.parametrize("generation", [0, 3])
+@pytest.mark.parametrize("tokens", [1, 3])
+@pytest.mark.parametrize("with_input", [False, True])
+def test_one_task_steps_leave_the_same_state_and_send_the_same_attempts(generation, tokens, with_input):
+    """Stages released one after another (batches of one), run through JmState with the one-task
+    steps and with the vectorised ones: after every event the same effects and the same state.
+    Re-homed (generation > 0), the JM adopts an attempt of an earlier home that then fails: its
+    next attempt is numbered above every attempt an earlier home could have sent."""
+    def stage(i, deps, n=1):
+        return StageSpec(f"s{i}", n, 1.0 + i + np.arange(n), cpu=min(1.0 + 0.5 * (i % 2), tokens), mem_gb=1.0 + i,
+                         input_bytes=1e8 * (i + 1 + np.arange(n)) if with_input else None,
+                         dataset=f"d{i}" if with_input else None, depends_on=deps)
+    spec = JobSpec("j", [stage(0, ()), stage(1, ("s0",)), stage(2, ("s1",)), stage(3, ("s1",)),
+                         stage(4, ("s2", "s3"), n=3)])
+    earlier = ((generation - 1) << 16) + 1          # an attempt the previous home sent
+    runs = []
+    for fast in (True, False):
+        cfg = JmConfig(topology=Topology(20, 2, 4.0, 16.0), single_fast_path=fast, opportunistic=False)
+        v = ViewCache(20)
+        v.stamps[:] = 0.0
+        v.matrices[:] = np.linspace(0.0, 3.0, 20)[:, None]
+        j = JmState(1, spec, tokens, 0.0, cfg, v, generation=generation)
+        rng = np.random.default_rng(7)
+        steps = [repr(j.start(0.0, rng)), _snapshot(j)]
+        fail = set()
+        if generation:
+            held = Holding(1, 5, [j._spec_for(0, earlier)], [TaskReport(1, 0, earlier, int(RUNNING), 0.0, 0.0, 0, "")],
+                           [])
+            steps += [repr(j.handle(held, 0.1, rng)), repr(j.handle(Timer("adopted"), 0.2, rng)), _snapshot(j)]
+            fail.add((0, earlier))
+        now = 1.0
+        while not j.finished and now < 100:
+            sent = [(t, int(j.server[t]), int(j.attempt[t]))
+                    for t in np.flatnonzero((j.state == DISPATCHED) | (j.state == RUNNING)).tolist()]
+            assert sent, "nothing in flight and not finished"
+            for t, srv, a in sent:
+                for state in ((FAILED,) if (t, a) in fail else (RUNNING, DONE)):
+                    now += 0.5
+                    rep = TaskReport(1, t, a, int(state), now - 0.5, now, 0, "")
+                    steps += [repr(j.handle(StatusBatch(1, srv, [rep], np.zeros(12, np.float32), now), now, rng)),
+                              _snapshot(j)]
+                    j.validate()
+        assert j.finished
+        runs.append(steps)
+    assert runs[0] == runs[1]
+    assert all(a > generation << 16 for a in j.attempt.tolist())

@@ -81,8 +81,9 @@ def _apply(b: Batch, cut: Cut) -> None:
 
 
 def place_one(b: Batch, profile, states, fail_rate, rng, reps: list[int]):
-    """The same for a batch of one task (``b``'s per-task fields are plain floats); the
-    matcher must be one whose answer for one task is its cheapest candidate."""
+    """The same for a batch of one task (``b``'s per-task fields are plain floats), as plain
+    numbers: (server or UNMATCHED, expected wait there, locality); the matcher must be one whose
+    answer for one task is its cheapest candidate."""
     cfg = b.cfg
     _narrow_light(b, profile)
     cand, loc, C, E, W = options_one(reps, b.in_bytes, b.runtime, b.shape, b.cpu, b.now, b.view, fail_rate, cfg.io,
@@ -97,5 +98,5 @@ def place_one(b: Batch, profile, states, fail_rate, rng, reps: list[int]):
             C = [INF if x else c for c, x in zip(C, worse)]
     best = min(range(len(C)), key=C.__getitem__)
     if C[best] == INF:
-        return _unmatched(1)
-    return np.array([cand[best]], dtype=np.int64), np.array([W[best]]), np.array([loc[best]])
+        return UNMATCHED, 0.0, REMOTE
+    return cand[best], W[best], loc[best]
