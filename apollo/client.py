@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import secrets
 import sqlite3
@@ -194,6 +195,7 @@ class Client:
         self.error: Exception | None = None   # set when the cluster refused this client's handshake
         self._problem: dict[str, str] = {}    # host:port -> why the last connect to it failed
         self.address = f"client:{secrets.token_hex(6)}"
+        self._keys = itertools.count(1)        # idempotency keys: this client's address and a number
         self.inbox = _Inbox()
         self.rt: LiveRuntime | None = None
         self._tail = EventTail(self.folder)
@@ -289,7 +291,7 @@ class Client:
         answers (it may be restarting): it is stored once. Raises ClusterError if the RM does
         not answer within ``timeout_s``."""
         self._check()
-        key = f"{self.address}:{secrets.token_hex(8)}"
+        key = f"{self.address}:{next(self._keys)}"     # (the address is drawn at random per client)
         msg = SubmitJob(-1, spec, self.address, key)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s

@@ -20,9 +20,15 @@ class ShapeGrid:
 
     def index(self, cpu: float, mem: float) -> int:
         """Index of the smallest shape that holds (cpu, mem); the largest one if none does."""
-        ci = next((i for i, c in enumerate(self.cpu) if c >= cpu - 1e-9), len(self.cpu) - 1)
-        mi = next((i for i, m in enumerate(self.mem) if m >= mem - 1e-9), len(self.mem) - 1)
-        return ci * len(self.mem) + mi
+        return _first_at_least(self.cpu, cpu) * len(self.mem) + _first_at_least(self.mem, mem)
+
+
+def _first_at_least(sizes: tuple[float, ...], x: float) -> int:
+    """The index of the first of ``sizes`` that holds ``x``; the last if none does."""
+    for i, size in enumerate(sizes):
+        if size >= x - 1e-9:
+            return i
+    return len(sizes) - 1
 
 
 GRID = ShapeGrid()

@@ -45,7 +45,10 @@ class StageSpec:
     @property
     def estimate_s(self) -> float:
         """The declared per-task runtime estimate a scheduler may use (the stage mean)."""
-        # (np.add.reduce: what .mean() sums with, without its Python-level wrapper; same float)
+        # (np.add.reduce: what .mean() sums with, without its Python-level wrapper; same float.
+        # One task: its own time, the same float without the call)
+        if self.tasks == 1 and len(self.durations_s) == 1:
+            return float(self.durations_s.item(0))
         return float(np.add.reduce(self.durations_s, dtype=np.float64)) / self.tasks if self.tasks else 0.0
 
     def validate(self, where: str = "") -> None:

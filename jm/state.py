@@ -250,21 +250,24 @@ class JmState(ExtraAttempts):
         # Per-task columns, carved out of three blocks (a JM of a small job is made in a few
         # allocations, not fifteen: job start-up is on every job's critical path).
         f64 = np.zeros((8, n))
-        (self.ready_t, self.dispatch_t, self.start_t, self.passed_at, self.exp_wait, self.last_heard,
-         self.est_sent, self.check_t) = f64
-        self.check_t[:] = np.inf                # when a running first attempt is looked at as a straggler
-        self.start_t[:] = -1.0
-        self.passed_at[:] = np.inf              # when lookahead first passed the task over
+        (self.ready_t, self.dispatch_t, self.exp_wait, self.last_heard, self.est_sent, self.start_t,
+         self.passed_at, self.check_t) = f64
+        f64[5] = -1.0
+        f64[6:] = np.inf
+        # check_t: when a running first attempt is looked at as a straggler; passed_at: when
+        # lookahead first passed the task over
         # exp_wait: queue wait expected when the task was sent; last_heard: the attempt's last
         # report (or its dispatch); est_sent: runtime (with I/O) expected when it was sent
         i32 = np.zeros((2, n), dtype=np.int32)
         self.attempt, self.failures = i32
         # Attempt numbers start above every earlier home's (whose attempts may still be at PNs).
-        self.attempt[:] = generation << 16
+        if generation:
+            self.attempt[:] = generation << 16
         i8 = np.zeros((4, n), dtype=np.int8)
         self.state, self.locality = i8[0], i8[1]
         self.opp, self.queued_seen = i8[2].view(bool), i8[3].view(bool)   # queued_seen: reported queued
-        self.state[:] = PENDING
+        if PENDING:
+            self.state[:] = PENDING
         self.locality[:] = REMOTE
         self.server = np.full(n, -1, dtype=np.int64)
         self._sent: list[TaskSpec | None] = [None] * n   # each task's last attempt as sent
@@ -285,6 +288,10 @@ class JmState(ExtraAttempts):
     # ---- setup ---------------------------------------------------------------
     def _prioritise(self) -> None:
         """Stage priority = its runtime estimate plus the longest chain below it (critical path)."""
+        if len(self.stages) == 1:
+            self.stages[0].priority = self.stages[0].est_runtime + 0.0
+            self._stage_order = [0]
+            return
         for st in reversed(self.stages):
             below = max((self.stages[c].priority for c in st.children), default=0.0)
             st.priority = st.est_runtime + below
