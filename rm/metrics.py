@@ -9,11 +9,41 @@ from __future__ import annotations
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 
 # Live tasks take milliseconds to minutes; jobs seconds to hours.
 DELAY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 JOB_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+class BatchHistogram:
+    """A Prometheus histogram counted a batch at a time (one numpy pass over the values a fold
+    of the records noted, not a locked observe() per task attempt) and exposed by
+    prometheus_client as any histogram: a collector yielding a HistogramMetricFamily."""
+
+    def __init__(self, name: str, doc: str, buckets: tuple) -> None:
+        self.name, self.doc = name, doc
+        self.bounds = np.array(buckets, dtype=float)
+        self.counts = np.zeros(len(buckets) + 1, dtype=np.int64)    # per bucket; the last: above them all
+        self.sum = 0.0
+        self.pending: list[float] = []
+
+    def count_pending(self) -> None:
+        if self.pending:
+            v = np.maximum(np.array(self.pending, dtype=float), 0.0)
+            self.pending = []
+            # le semantics: a value counts in the first bucket whose bound is >= it
+            self.counts += np.bincount(np.searchsorted(self.bounds, v, side="left"), minlength=len(self.counts))
+            self.sum += float(v.sum())
+
+    def describe(self):
+        return [HistogramMetricFamily(self.name, self.doc)]
+
+    def collect(self):
+        cum = np.cumsum(self.counts).tolist()
+        buckets = [(floatToGoString(b), c) for b, c in zip(self.bounds.tolist(), cum)] + [("+Inf", cum[-1])]
+        yield HistogramMetricFamily(self.name, self.doc, buckets=buckets, sum_value=self.sum)
 
 
 class RecordMetrics:
@@ -21,12 +51,15 @@ class RecordMetrics:
 
     def __init__(self, registry: CollectorRegistry, queues: tuple[str, ...] = ()) -> None:
         r = registry
-        self.queue_delay = Histogram("apollo_task_queue_delay_seconds",
-                                     "Ready to start of completed tasks (at the JM and in a PN queue)",
-                                     buckets=DELAY_BUCKETS, registry=r)
-        self.sched_latency = Histogram("apollo_scheduling_latency_seconds",
-                                       "Ready to dispatch of task attempts (the JM's decision time)",
-                                       buckets=DELAY_BUCKETS, registry=r)
+        # (per task attempt: counted a fold at a time, see BatchHistogram)
+        self.queue_delay = BatchHistogram("apollo_task_queue_delay_seconds",
+                                          "Ready to start of completed tasks (at the JM and in a PN queue)",
+                                          DELAY_BUCKETS)
+        self.sched_latency = BatchHistogram("apollo_scheduling_latency_seconds",
+                                            "Ready to dispatch of task attempts (the JM's decision time)",
+                                            DELAY_BUCKETS)
+        r.register(self.queue_delay)
+        r.register(self.sched_latency)
         self.admission_wait = Histogram("apollo_admission_wait_seconds", "Submission to admission of jobs",
                                         ["queue"], buckets=DELAY_BUCKETS, registry=r)
         self.job_duration = Histogram("apollo_job_duration_seconds", "Submission to end of finished jobs",
@@ -49,18 +82,33 @@ class RecordMetrics:
             self.preemptions.labels(q)
             self.submitted.labels(q)
             self.admission_wait.labels(q)
+        # The labelled series an attempt counts in, looked up once each (every ended attempt of
+        # the cluster is counted here; ``labels()`` is the dearer half of a count)
+        self._by_outcome: dict = {}
+        self._by_locality: dict = {}
 
     def attempt(self, queue: str, outcome: str, locality: str | None, queue_delay: float | None,
                 sched_latency: float | None) -> None:
-        self.attempts.labels(outcome).inc()
+        c = self._by_outcome.get(outcome)
+        if c is None:
+            c = self._by_outcome[outcome] = self.attempts.labels(outcome)
+        c.inc()
         if locality is not None:
-            self.started.labels(locality).inc()
+            c = self._by_locality.get(locality)
+            if c is None:
+                c = self._by_locality[locality] = self.started.labels(locality)
+            c.inc()
         if outcome == "preempted":
             self.preemptions.labels(queue).inc()
         if queue_delay is not None:
-            self.queue_delay.observe(max(0.0, queue_delay))
+            self.queue_delay.pending.append(queue_delay)
         if sched_latency is not None:
-            self.sched_latency.observe(max(0.0, sched_latency))
+            self.sched_latency.pending.append(sched_latency)
+
+    def flush(self) -> None:
+        """Count what attempt() noted into the histograms (Watch.fold calls this at its end)."""
+        self.queue_delay.count_pending()
+        self.sched_latency.count_pending()
 
     def job_submitted(self, queue: str) -> None:
         self.submitted.labels(queue).inc()

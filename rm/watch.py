@@ -63,6 +63,12 @@ class JobTally:
     attempts: deque = field(default_factory=lambda: deque(maxlen=KEEP_ATTEMPTS))
 
 
+def _attempt_text(a: tuple, loc: str) -> str:
+    return (f"task {a[A_STAGE]}.{a[A_TASK]}#{a[A_ATTEMPT]} on server {a[A_SERVER]} "
+            f"({loc + '-local' if loc in ('node', 'rack') else loc if loc == 'remote' else 'no input'}), "
+            f"{a[A_END] - a[A_START]:.2f} s, {a[A_CPU]:g} cpu")
+
+
 class Watch:
     def __init__(self, folder: Path, rm, metrics=None) -> None:
         self.rm = rm
@@ -70,7 +76,7 @@ class Watch:
         self.tail = EventTail(Path(folder), kinds=KINDS, keep=False, max_bytes=4 << 20)
         self.metrics = metrics                 # rm.metrics.RecordMetrics, or None
         self.jobs: OrderedDict[int, JobTally] = OrderedDict()
-        self.events: deque = deque(maxlen=60)  # recent task and job events, newest last
+        self._recent: deque = deque(maxlen=60)  # recent task and job events, newest last (see events)
         self.history: deque = deque(maxlen=HISTORY)   # (t, {queue: share cores}, busy cores)
         self.records = 0
 
@@ -90,6 +96,8 @@ class Watch:
             self._attempt(d)
         for d in r["job_done"]:
             self._done(d)
+        if self.metrics:
+            self.metrics.flush()
         n = sum(len(v) for v in r.values())
         for v in r.values():
             v.clear()                          # folded once, even if fold() runs again before a poll
@@ -112,8 +120,15 @@ class Watch:
             if j not in live:
                 del self.jobs[j]
 
-    def _event(self, t: float, kind: str, job: int, text: str) -> None:
-        self.events.append({"t": round(float(t), 3), "kind": kind, "job": int(job), "text": text})
+    @property
+    def events(self) -> list[dict]:
+        """The recent task and job events, newest last; an attempt's text is made here, when asked
+        (most are pushed out of the window unread)."""
+        return [{"t": round(float(t), 3), "kind": kind, "job": int(job), "text": text if type(text) is str
+                 else _attempt_text(*text)} for t, kind, job, text in self._recent]
+
+    def _event(self, t: float, kind: str, job: int, text) -> None:
+        self._recent.append((t, kind, job, text))
 
     def _submitted(self, d: tuple) -> None:
         job_id, t, n = d[0], d[1], d[2]
@@ -151,10 +166,7 @@ class Watch:
                                  a[A_START] - a[A_READY] if started and outcome == "done" else None,
                                  a[A_DISPATCH] - a[A_READY] if a[A_DISPATCH] >= 0 else None)
         if started:
-            self._event(a[A_END], outcome, a[A_JOB],
-                        f"task {a[A_STAGE]}.{a[A_TASK]}#{a[A_ATTEMPT]} on server {a[A_SERVER]} "
-                        f"({loc + '-local' if loc in ('node', 'rack') else loc if loc == 'remote' else 'no input'}), "
-                        f"{a[A_END] - a[A_START]:.2f} s, {a[A_CPU]:g} cpu")
+            self._event(a[A_END], outcome, a[A_JOB], (a, loc))
 
     def _queue_of(self, job_id: int) -> str:
         e = self.rm.jobs.get(job_id)

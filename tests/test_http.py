@@ -220,3 +220,23 @@ def test_dashboard_in_a_browser_shows_servers_and_running_jobs(cluster, tmp_path
     assert dom["busy"] >= 3                  # six 1-core tasks on 2-core servers
     assert dom["queues"] == ["root"] and dom["lines"] >= 2
     assert shot.stat().st_size > 10_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_histogram_counted_in_batches_is_exposed_as_prometheus_clients_own():
+    """rm.metrics.BatchHistogram (a fold's values counted at once) scrapes byte for byte as a
+    prometheus_client Histogram fed the same values one observe() at a time."""
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from rm.metrics import DELAY_BUCKETS, BatchHistogram
+    values = [0.0, 0.0005, 0.001, 0.00100001, 0.3, 0.5, 2.5, 299.9, 300.0, 400.0]
+    mine, theirs = CollectorRegistry(), CollectorRegistry()
+    b = BatchHistogram("apollo_x_seconds", "doc", DELAY_BUCKETS)
+    mine.register(b)
+    h = Histogram("apollo_x_seconds", "doc", buckets=DELAY_BUCKETS, registry=theirs)
+    for k in range(0, len(values), 3):           # over several folds
+        b.pending.extend(values[k:k + 3])
+        b.count_pending()
+    for v in values:
+        h.observe(v)
+    strip = lambda text: [x for x in text.decode().splitlines() if "_created" not in x]    # noqa: E731
+    assert strip(generate_latest(mine)) == strip(generate_latest(theirs))

@@ -238,8 +238,11 @@ class LiveRuntime:
         del self._exits[addr]
         q = pending[1]
         if q:
-            self._deliver_to(addr, actor, q if len(q) > 1 else q[0])
-            self.node.flush_now()
+            self.node.hold()
+            try:
+                self._deliver_to(addr, actor, q if len(q) > 1 else q[0])
+            finally:
+                self.node.flush_now()
 
     def _drop_exit(self, addr: str, task_key: tuple) -> None:
         """A Kill: an exit of that attempt still waiting for delivery is dropped (no TaskExited
@@ -251,8 +254,11 @@ class LiveRuntime:
 
     def _fire(self, addr: str, actor: Any, key: Any) -> None:
         self.timers.pop((addr, key), None)
-        self._deliver_to(addr, actor, Timer(key))
-        self.node.flush_now()
+        self.node.hold()
+        try:
+            self._deliver_to(addr, actor, Timer(key))
+        finally:
+            self.node.flush_now()
 
     def _peer_lost(self, addresses: list[str]) -> None:
         shown = ", ".join(addresses[:8]) + (f" and {len(addresses) - 8} more" if len(addresses) > 8 else "")

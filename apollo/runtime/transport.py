@@ -150,6 +150,14 @@ class _Conn(asyncio.Protocol):
         if self.state == CLOSED:
             return
         node = self.node
+        node._held = True               # the sends of this read go out together at its end
+        try:
+            self._read(data)
+        finally:
+            node.flush_now()            # what handling these frames sent goes out now
+
+    def _read(self, data: bytes) -> None:
+        node = self.node
         if self.buf:
             self.buf += data
             src: bytes | bytearray = self.buf
@@ -193,7 +201,6 @@ class _Conn(asyncio.Protocol):
                 self.buf = self.buf[pos:]       # a fresh object: no resize under live views
         elif pos < n:
             self.buf = bytearray(data[pos:])
-        node.flush_now()                # what handling these frames sent goes out now
 
     # ---- frames --------------------------------------------------------------------
     def _on_data(self, v: Any) -> None:
@@ -380,6 +387,7 @@ class Node:
         self._backoff: dict[str, tuple[float, float]] = {}   # target -> (retry_after, current backoff)
         self._packer = msgpack.Packer(use_bin_type=True)
         self._dirty: dict[_Conn, None] = {}     # connections with a flush scheduled (flush_now)
+        self._held = False      # in a burst that flush_now() ends (hold()): sends schedule no flush of their own
         self._closed = False
         self._warned: dict[str, float] = {}
         self.warn_every_s = 5.0
@@ -514,14 +522,21 @@ class Node:
         if not c.flush_scheduled and c.state == READY:
             c.flush_scheduled = True
             self._dirty[c] = None
-            self._loop.call_soon(c._flush)
+            if not self._held:          # (held: a flush_now() ends this burst; no loop callback)
+                self._loop.call_soon(c._flush)
         return True
+
+    def hold(self) -> None:
+        """Sends from now until flush_now() are written by that call (the caller promises it, in a
+        ``finally``), not each by a loop callback of its own."""
+        self._held = True
 
     def flush_now(self) -> None:
         """Write what the sends since the last flush left in the connections' buffers now, not
         on the loop's next iteration (their scheduled flush then finds nothing to do). Called
         where a burst of work ends: a read of frames handled, a batch of task exits, a timer.
         A message on a job's critical path saves an iteration at each process it crosses."""
+        self._held = False
         dirty = self._dirty
         if dirty:
             self._dirty = {}
