@@ -40,12 +40,14 @@ class JmHost:
             return self._on_statuses(event, now, rng)
         if t is ClusterView:
             view = self.view
-            was_alive, was_boot = view.alive.copy(), view.boot_times.copy()
+            was_alive, was_boot, was_known = view.alive.copy(), view.boot_times.copy(), view.boot_known.copy()
             try:
                 view.apply_view(event, now)
             except ValueError as e:
                 return [Log("warn", (str(e),))]
-            lost = np.flatnonzero((was_alive & ~view.alive) | (view.boot_times > was_boot))
+            # (a boot time learnt, not changed, is no restart: tasks sent before the first view
+            # stay put)
+            lost = np.flatnonzero((was_alive & ~view.alive) | ((view.boot_times > was_boot) & was_known))
             out: list = []
             for job_id, jm in list(self.jms.items()):
                 if len(lost) or jm.wants_view(now):

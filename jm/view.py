@@ -36,6 +36,9 @@ class ViewCache:
         self._rows = memoryview(self.matrices.data).cast("B")
         self.stamps = np.full(servers, -np.inf)
         self.boot_times = np.zeros(servers)
+        # Whether a server's boot time is known (the RM had heard it when a view came): learning
+        # it is not a restart (tasks sent there before the first view stay where they are)
+        self.boot_known = np.zeros(servers, dtype=bool)
         self.alive = np.ones(servers, dtype=bool)   # optimistic until the RM says otherwise
         self.alive_count = servers                   # as of the last view (bounds batch sizes)
         self.lightly_loaded = np.arange(servers, dtype=np.int32)
@@ -170,10 +173,14 @@ class ViewCache:
         if newer.any():
             self.matrices[newer] = v.matrices.reshape(n, self.shapes)[newer]
             self.stamps[newer] = stamps[newer]
-        # (a boot time moves only when the server restarted, not by an estimate's jitter)
+        # (a boot time moves only when the server restarted, not by an estimate's jitter; it is
+        # learnt from the first view in which the RM had heard the server)
         boots = v.boot_times + shift
-        self.boot_times = np.where(boots > self.boot_times + BOOT_JITTER_S, boots, self.boot_times)
-        self.alive = v.alive.astype(bool)
+        alive = v.alive.astype(bool)
+        take = alive & (~self.boot_known | (boots > self.boot_times + BOOT_JITTER_S))
+        self.boot_times = np.where(take, boots, self.boot_times)
+        self.boot_known |= alive
+        self.alive = alive
         self.alive_count = int(self.alive.sum())
         if len(v.lightly_loaded):
             self.lightly_loaded = v.lightly_loaded

@@ -5,7 +5,7 @@ import pytest
 from apollo.cluster import NODE, RACK, REMOTE, IoModel, Topology
 from apollo.effects import Log, Send, SetTimer
 from apollo.lifecycle import TaskState
-from apollo.messages import CancelJob, Dispatch, JobDone, KillTask, StartJob, StatusBatch, TaskReport, TokenGrant
+from apollo.messages import CancelJob, ClusterView, Dispatch, JobDone, KillTask, StartJob, StatusBatch, TaskReport, TokenGrant
 from apollo.spec import JobSpec, StageSpec
 from jm import estimate as est
 from jm.candidates import candidate_rows
@@ -394,3 +394,27 @@ def test_a_second_running_report_for_a_running_attempt_is_only_news_of_it():
     assert j.state[0] == TaskState.RUNNING and j.start_t[0] == 1.0 and j.last_heard[0] == 50.0
     assert not dispatched(out)
     j.validate()
+
+
+def test_the_first_view_that_knows_a_servers_boot_is_no_restart_of_it():
+    """Tasks sent before the JM host's first view of the cluster stay where they are when that
+    view brings the servers' boot times (a live JM may start a job before it); a boot time
+    that later moves is a restart, and the tasks sent there before it go elsewhere."""
+    h = JmHost(JmConfig(topology=TOPO, policy="apollo"))
+    out = h.handle(StartJob(1, JobSpec("j", [StageSpec("s", 3, np.full(3, 30.0))]), 3, 0.0, ""), 0.0, Rng())
+    sent = {t.task: int(to[3:]) for to, t in dispatched(out)}
+    assert len(sent) == 3
+    n, shapes = TOPO.servers, h.view.shapes
+
+    def view(at, boots):
+        return ClusterView(at, np.zeros(n * shapes, np.float32), np.full(n, at), boots, np.ones(n, np.uint8),
+                           np.arange(n, dtype=np.int32))
+    boots = np.linspace(0.1, 0.3, n)
+    out = h.handle(view(0.5, boots), 0.5, Rng())
+    assert not dispatched(out) and all(h.jms[1].state[t] == TaskState.DISPATCHED for t in sent)
+    moved = boots.copy()
+    moved[sent[0]] = 0.6                          # that server restarted at 0.6
+    out = h.handle(view(1.0, moved), 1.0, Rng())
+    again = [t.task for _, t in dispatched(out)]
+    assert 0 in again and h.jms[1].attempt[0] == 2
+    h.jms[1].validate()
