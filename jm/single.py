@@ -23,7 +23,10 @@ def options_one(reps: list[int], in_bytes: float, runtime: float, shape: int, cp
     candidates are drawn from ``light_list`` (None: the view's lightly loaded list)."""
     # ---- candidate_rows
     R = len(reps) * per_rack
-    u = rng.random(2 * R + n_light).tolist()
+    n_cand = len(reps) + R + n_light
+    # (one draw for the candidates and the tie noise: the same numbers, in the same order, as
+    # two; numpy's per-call cost is a good part of this function's)
+    u = rng.random(2 * R + n_light + (n_cand if ecfg.tie_noise_s > 0 else 0)).tolist()
     rack_of, rack_start, rack_size = topo.rack_of, topo.rack_start, topo.rack_size
     servers = topo.servers
     has = [r >= 0 for r in reps]
@@ -56,7 +59,7 @@ def options_one(reps: list[int], in_bytes: float, runtime: float, shape: int, cp
     nm = len(view.mem_grid)
     free_of = view.free_of_fits
     vtime = view.time
-    noise = rng.random(len(cand)).tolist() if ecfg.tie_noise_s > 0 else None
+    noise = u[2 * R + n_light:] if ecfg.tie_noise_s > 0 else None
     C, E, W = [], [], []
     prev = None
     ncpu = len(view.cpu_grid)
@@ -71,13 +74,17 @@ def options_one(reps: list[int], in_bytes: float, runtime: float, shape: int, cp
         row = matrices[c].tolist()
         wait = row[shape]
         stamp = stamps.item(c)
-        drained = max(wait - max(now - stamp, 0.0), 0.0)
+        elapsed = now - stamp
+        drained = max(wait - max(elapsed, 0.0), 0.0)
         age = min(max(now - max(stamp, vtime), 0.0), ecfg.max_stale_s)
         w = drained + ecfg.stale_penalty * age
         # view.pending_wait: this host's sends after the reading, unless the server still has room
         mine = stamp <= sent_at.item(c)
         sent = sent_wait.item(c) if mine else 0.0
-        fits = sum(1 for ci in range(ncpu) if row[ci * nm] - (now - stamp) <= 0.0)
+        fits = 0
+        for ci in range(ncpu):
+            if row[ci * nm] - elapsed <= 0.0:
+                fits += 1
         free = free_of.item(fits) - (sent_cpu.item(c) if mine else 0.0)
         w = w + (0.0 if free >= cpu - 1e-9 else sent)
         e = (io.init_s + in_bytes / bw[loc[k]]) + w + runtime
