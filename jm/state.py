@@ -288,7 +288,7 @@ class JmState(ExtraAttempts):
     # ---- setup ---------------------------------------------------------------
     def _prioritise(self) -> None:
         """Stage priority = its runtime estimate plus the longest chain below it (critical path)."""
-        if len(self.stages) == 1:
+        if len(self.stages) == 1:      # (no chain below it: + 0.0, as the loop adds, the same float)
             self.stages[0].priority = self.stages[0].est_runtime + 0.0
             self._stage_order = [0]
             return
