@@ -114,11 +114,15 @@ class Watch:
 
     def _drop_finished(self) -> None:
         live = self.rm.jobs
-        for j in list(self.jobs):
-            if len(self.jobs) <= KEEP_JOBS:
+        over = len(self.jobs) - KEEP_JOBS
+        gone = []               # the oldest finished ones, found without copying every key
+        for j in self.jobs:
+            if len(gone) >= over:
                 break
             if j not in live:
-                del self.jobs[j]
+                gone.append(j)
+        for j in gone:
+            del self.jobs[j]
 
     @property
     def events(self) -> list[dict]:

@@ -150,7 +150,7 @@ class _Conn(asyncio.Protocol):
         if self.state == CLOSED:
             return
         node = self.node
-        node._held = True               # the sends of this read go out together at its end
+        node.hold()                     # the sends of this read go out together at its end
         try:
             self._read(data)
         finally:
