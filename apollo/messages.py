@@ -19,7 +19,7 @@ import numpy as np
 
 from .spec import JobSpec, SpecError, StageSpec
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 
 
 class WireError(ValueError):
@@ -570,7 +570,8 @@ wire(StatusBatch, 7, job_id=NAT, server=NAT, reports=lst(nested(TaskReport)), ma
 
 @dataclass(init=False)
 class Heartbeat(Message):
-    """PN -> RM."""
+    """PN -> RM. ``jobs`` / ``job_cpus``: the CPUs each job's regular attempts run on here
+    (queued and opportunistic attempts hold nothing): what the RM counts as held."""
     server: int
     boot_time: float
     time: float
@@ -578,9 +579,12 @@ class Heartbeat(Message):
     running: int
     queued: int
     cpu_free: float
+    jobs: list[int]
+    job_cpus: list[float]
 
     def __init__(self, server: int, boot_time: float, time: float, matrix: "np.ndarray | list[float]",
-                 running: int, queued: int, cpu_free: float) -> None:
+                 running: int, queued: int, cpu_free: float, jobs: list[int] | None = None,
+                 job_cpus: list[float] | None = None) -> None:
         self.server = server
         self.boot_time = boot_time
         self.time = time
@@ -588,9 +592,12 @@ class Heartbeat(Message):
         self.running = running
         self.queued = queued
         self.cpu_free = cpu_free
+        self.jobs = [] if jobs is None else jobs
+        self.job_cpus = [] if job_cpus is None else job_cpus
 
 
-wire(Heartbeat, 8, server=NAT, boot_time=FLOAT, time=FLOAT, matrix=F32, running=NAT, queued=NAT, cpu_free=FLOAT)
+wire(Heartbeat, 8, server=NAT, boot_time=FLOAT, time=FLOAT, matrix=F32, running=NAT, queued=NAT, cpu_free=FLOAT,
+     jobs=lst(NAT), job_cpus=lst(FLOAT))
 
 
 @dataclass
@@ -609,22 +616,20 @@ wire(ClusterView, 9, time=FLOAT, matrices=F32, stamps=F64, boot_times=F64, alive
 
 @dataclass(init=False)
 class JobDemand(Message):
-    """JM -> RM: how many tasks the job still has to finish (for token policies); a cloned job's
-    ``clone_cpu``: what of its clone grant it may still use (its unfinished tasks' clones; < 0:
-    not cloned): the RM gives the rest back to the clone budget."""
+    """JM -> RM: the CPUs the job could use now (for token policies; what it holds the RM hears
+    from the PNs); a cloned job's ``clone_cpu``: what of its clone grant it may still use (its
+    unfinished tasks' clones; < 0: not cloned): the RM gives the rest back to the clone budget."""
     job_id: int
     remaining: int
-    running: int
     clone_cpu: float
 
-    def __init__(self, job_id: int, remaining: int, running: int, clone_cpu: float = -1.0) -> None:
+    def __init__(self, job_id: int, remaining: int, clone_cpu: float = -1.0) -> None:
         self.job_id = job_id
         self.remaining = remaining
-        self.running = running
         self.clone_cpu = clone_cpu
 
 
-wire(JobDemand, 10, job_id=NAT, remaining=NAT, running=NAT, clone_cpu=FLOAT)
+wire(JobDemand, 10, job_id=NAT, remaining=NAT, clone_cpu=FLOAT)
 
 
 @dataclass
@@ -665,6 +670,33 @@ wire(UpgradeTask, 13, job_id=NAT, task=NAT, attempt=NAT)
 
 
 @dataclass
+class DemoteTask(Message):
+    """JM -> PN: the job holds fewer tokens than its regular attempts: if this attempt is still
+    queued it waits as an opportunistic one, behind every regular task (answered with a report
+    "demoted"; its JM upgrades it again when a token frees); if it runs already, nothing."""
+    job_id: int
+    task: int
+    attempt: int
+
+
+wire(DemoteTask, 22, job_id=NAT, task=NAT, attempt=NAT)
+
+
+@dataclass
+class YieldJob(Message):
+    """JM -> PN: the job is asked to give back what it holds beyond its tokens. Its queued
+    regular attempts here wait as opportunistic ones (reported "demoted"), and from ``after_s``
+    seconds on its running regular attempts here yield: a regular task of another job waiting
+    for their room preempts them, the youngest first. ``after_s`` < 0: no longer (the job holds
+    no more than it may keep)."""
+    job_id: int
+    after_s: float
+
+
+wire(YieldJob, 23, job_id=NAT, after_s=FLOAT)
+
+
+@dataclass
 class ProbeTask(Message):
     """JM -> PN: where is this attempt? (answered with a StatusBatch: queued, running, its end if
     it ended lately, or READY with detail "unknown attempt" when the PN never got it)."""
@@ -680,9 +712,9 @@ wire(ProbeTask, 14, job_id=NAT, task=NAT, attempt=NAT, reply_to=STR)
 @dataclass
 class ReclaimTokens(Message):
     """RM -> JM: the sharing plane takes tokens back (preemption, or a lender reclaiming its
-    guarantee). The job now holds ``tokens``; if its regular attempts still hold more than
-    ``keep`` CPUs (keep >= tokens) ``within_s`` seconds from now (0: at once), it kills the
-    youngest of them down to ``keep``; their tasks are placed again."""
+    guarantee). The job now holds ``tokens``; while its regular attempts hold more than
+    ``keep`` CPUs (keep >= tokens), they yield to waiting regular work at their servers from
+    ``within_s`` seconds from now (0: at once; see YieldJob). keep = 2**31-1: called off."""
     job_id: int
     tokens: int
     keep: int
@@ -696,20 +728,19 @@ wire(ReclaimTokens, 15, job_id=NAT, tokens=NAT, keep=NAT, within_s=FLOAT, seq=NA
 @dataclass
 class HostReport(Message):
     """JM host -> RM, every few seconds: the jobs it runs, with the token seq each last heard and
-    its demand and CPUs held (JobDemand, re-derived: a lost one costs nothing), and, for jobs
-    whose finished tasks changed since its last report, their done bitmaps (numpy.packbits),
-    which the RM stores so that another host can adopt the job. Its silence is how the RM
-    tells a dead host."""
+    its demand (JobDemand, re-derived: a lost one costs nothing), and, for jobs whose finished
+    tasks changed since its last report, their done bitmaps (numpy.packbits), which the RM
+    stores so that another host can adopt the job. Its silence is how the RM tells a dead
+    host."""
     host: str
     jobs: np.ndarray
     seqs: np.ndarray
     demand: np.ndarray
-    running: np.ndarray
     progress_jobs: np.ndarray
     progress: list
 
 
-wire(HostReport, 16, host=STR, jobs=I64, seqs=I64, demand=I64, running=I64, progress_jobs=I64, progress=lst(BYTES))
+wire(HostReport, 16, host=STR, jobs=I64, seqs=I64, demand=I64, progress_jobs=I64, progress=lst(BYTES))
 
 
 @dataclass

@@ -94,11 +94,15 @@ def load_cluster(folder: Path) -> tuple[dict, bytes]:
     return info, secret
 
 
+# Live PNs report faster than simulated ones, and every status batch carries a reading planned
+# now (fresh_reports): with short tasks an older one makes a drained server look busy to the JM
+# host, which then leaves it idle until the RM's next view.
+LIVE_PN = {"heartbeat_s": 0.2, "liveness_s": 1.0, "fresh_reports": True}
+VIEW_INTERVAL_S = 0.25      # the RM spreads its view this often
+
+
 def pn_config(cfg: dict) -> PnConfig:
-    """Live PNs report faster than simulated ones, and every status batch carries a reading
-    planned now (fresh_reports): with short tasks an older one makes a drained server look busy
-    to the JM host, which then leaves it idle until the RM's next view."""
-    return PnConfig(cores=cfg["cpus"], mem_gb=cfg["mem_gb"], heartbeat_s=0.2, liveness_s=1.0, fresh_reports=True)
+    return PnConfig(cores=cfg["cpus"], mem_gb=cfg["mem_gb"], **LIVE_PN)
 
 
 def io_model(cfg: dict) -> IoModel:
@@ -144,7 +148,7 @@ def add_actors(rt: LiveRuntime, info: dict, me: dict, folder: Path) -> None:
     if role == "rm":
         tree = load_queue_file(folder / cfg["queues"]) if cfg.get("queues") else \
             single_queue(cfg.get("tokens") or find_profile(cfg.get("scheduler", "apollo")).tokens)
-        rt.add("rm", RmState(RmConfig(cfg["pns"], shapes, cfg["cpus"], cfg["mem_gb"], view_interval_s=0.25,
+        rt.add("rm", RmState(RmConfig(cfg["pns"], shapes, cfg["cpus"], cfg["mem_gb"], view_interval_s=VIEW_INTERVAL_S,
                                       dead_after_s=3.0, queues=tree, jm_hosts=hosts,
                                       host_report_s=HOST_REPORT_S, host_dead_after_s=HOST_DEAD_AFTER_S)),
                store=SqliteJobStore(str(folder / "jobs.db")))

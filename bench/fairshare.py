@@ -47,7 +47,7 @@ def one(preempt: bool, a) -> dict:
         pool2["fair_share_timeout_s"] = a.tfair
     tree = QueueTree.parse({"sharing": "fair", "queues": {"pool1": {"weight": 1}, "pool2": pool2}},
                            source="fairshare bench")
-    cfg = SimConfig(servers=a.servers, racks=5, cores=a.cores, mem_gb=8.0, scheduler="hfs-delay", seed=a.seed,
+    cfg = SimConfig(servers=a.servers, racks=5, cores=a.cores, mem_gb=8.0, scheduler=a.scheduler, seed=a.seed,
                     wire=False, queues=tree)
     end = ARRIVE_S + a.horizon
     # (run past the window: an attempt is recorded when it ends)
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task-s", type=float, default=25.0)
     p.add_argument("--tfair", type=float, default=5.0, help="pool 2's fair-share timeout")
     p.add_argument("--horizon", type=float, default=90.0, help="seconds simulated after pool 2 arrives")
+    p.add_argument("--scheduler", default="apollo")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json")
     p.add_argument("--plot", metavar="PNG")

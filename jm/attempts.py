@@ -117,6 +117,7 @@ class ExtraAttempts:
     opp: Any
     outstanding_opp: Any
     queued_seen: Any
+    waiting: Any
     server: Any
     stage_of: Any
     stages: list[Stage]
@@ -569,6 +570,7 @@ class ExtraAttempts:
         self.last_heard[t] = now
         self.est_sent[t] = spec.est_runtime_s
         self.queued_seen[t] = False
+        self.waiting[t] = False
         self.check_t[t] = np.inf
         self._sent[t] = spec
         if self.cfg.probe_slack_s > 0:

@@ -20,8 +20,9 @@ import numpy as np
 from apollo.cluster import REMOTE, IoModel, Topology, locality_of
 from apollo.effects import Log, Send, SetTimer, Timer
 from apollo.lifecycle import AttemptKind, TaskState, step
-from apollo.messages import (CancelJob, Dispatch, Holding, JobDemand, JobDone, KillTask, ProbeJob, StatusBatch,
-                             ProbeTask, ReclaimTokens, TaskReport, TaskSpec, TokenGrant, UpgradeTask)
+from apollo.messages import (CancelJob, DemoteTask, Dispatch, Holding, JobDemand, JobDone, KillTask, ProbeJob,
+                             StatusBatch, ProbeTask, ReclaimTokens, TaskReport, TaskSpec, TokenGrant, UpgradeTask,
+                             YieldJob)
 from apollo.shapes import GRID, ShapeGrid
 from apollo.spec import JobSpec
 
@@ -38,6 +39,8 @@ S = TaskState
 PENDING, READY, DISPATCHED, RUNNING, DONE, FAILED, KILLED = (
     int(S.PENDING), int(S.READY), int(S.DISPATCHED), int(S.RUNNING), int(S.DONE), int(S.FAILED), int(S.KILLED))
 DUPLICATE, CLONE = int(AttemptKind.DUPLICATE), int(AttemptKind.CLONE)
+KEEP_ALL = 2 ** 31 - 1      # ReclaimTokens.keep of a give-back called off
+INF = float("inf")
 
 
 @dataclass(slots=True)
@@ -186,7 +189,7 @@ class JmState(ExtraAttempts):
                  "_opp_active", "_retry_pending", "_sched_armed", "_sent", "_stage_order", "_watch_at",
                  "cfg", "done", "failed_reason", "failures", "finished", "finished_at", "job_id", "locality",
                  "n", "outstanding_opp", "queued_seen", "reply_to", "server", "spec", "stage_of", "stages", "_prof",
-                 "_fstates", "_keep",
+                 "_fstates", "_keep", "_yield_at", "_marked", "_demoting", "waiting",
                  "submitted_at", "tokens", "used_tokens", "view", "ready_t", "dispatch_t", "start_t",
                  "passed_at", "exp_wait", "last_heard", "est_sent", "attempt", "state", "opp",
                  "token_seq", "generation", "_adopting", "_done_init",
@@ -221,7 +224,10 @@ class JmState(ExtraAttempts):
         self.reply_to = reply_to
         self._prof = prof = config.profile
         self._fstates = prof.new_states()       # each filter's memory of this job
-        self._keep = 0                          # CPUs a reclaim lets it keep (ReclaimTokens.keep)
+        self._keep = KEEP_ALL                   # CPUs a give-back lets it keep (ReclaimTokens.keep)
+        self._yield_at = INF                    # ...and when its attempts yield, if it holds more
+        self._marked: set[int] = set()          # servers told the job yields there (YieldJob)
+        self._demoting: set[int] = set()        # tasks whose queued attempt a DemoteTask is out for
         topo = config.topology
         self.stages: list[Stage] = []
         offset = 0
@@ -263,9 +269,10 @@ class JmState(ExtraAttempts):
         # Attempt numbers start above every earlier home's (whose attempts may still be at PNs).
         if generation:
             self.attempt[:] = generation << 16
-        i8 = np.zeros((4, n), dtype=np.int8)
+        i8 = np.zeros((5, n), dtype=np.int8)
         self.state, self.locality = i8[0], i8[1]
         self.opp, self.queued_seen = i8[2].view(bool), i8[3].view(bool)   # queued_seen: reported queued
+        self.waiting = i8[4].view(bool)         # its PN said it is queued, and no start since
         if PENDING:
             self.state[:] = PENDING
         self.locality[:] = REMOTE
@@ -282,7 +289,7 @@ class JmState(ExtraAttempts):
         self._fail_rate: np.ndarray | None = None
         self._fail_seen: dict[int, int] = {}
         self._retry_pending = False
-        self._last_report: tuple | None = None  # (demand, CPUs held) as the RM last heard them
+        self._last_report: int | None = None    # the demand as the RM last heard it
         self._prioritise()
 
     # ---- setup ---------------------------------------------------------------
@@ -342,8 +349,8 @@ class JmState(ExtraAttempts):
     def done_bitmap(self) -> bytes:
         return np.packbits(self.state == DONE).tobytes()
 
-    def demand_report(self) -> tuple[int, int]:
-        """(CPUs it could use, CPUs its regular attempts hold): what HostReport carries."""
+    def demand_report(self) -> int:
+        """The CPUs it could use: what HostReport carries."""
         return self._report()
 
     def release(self, kill: bool, now: float) -> list:
@@ -409,6 +416,7 @@ class JmState(ExtraAttempts):
         self.est_sent[t] = spec.est_runtime_s
         self.locality[t] = spec.locality
         self.queued_seen[t] = False
+        self.waiting[t] = False
         self._sent[t] = spec
         if self.cfg.probe_slack_s > 0:
             self._watch_at = min(self._watch_at, float(self._silence_limits(t)))
@@ -435,6 +443,7 @@ class JmState(ExtraAttempts):
                 return out          # a duplicate, or overtaken by a newer one
             self.token_seq = event.seq or self.token_seq
             self.tokens = event.tokens
+            self._demote_beyond_tokens(out)
             self._schedule(now, rng, out)
         elif t is Holding:
             self._on_holding(event, now, rng, out)
@@ -444,15 +453,17 @@ class JmState(ExtraAttempts):
             self.token_seq = event.seq or self.token_seq
             self.tokens = event.tokens
             self._keep = event.keep
-            if event.within_s <= 0:
-                self._give_back(now, out)
-            else:
+            was = self._yield_at
+            self._yield_at = INF if event.keep >= KEEP_ALL else now + event.within_s
+            if event.within_s > 0 and event.keep < KEEP_ALL:
                 out.append(SetTimer(event.within_s, "reclaim"))
+            self._demote_beyond_tokens(out)
+            self._sync_yield(now, out, resend=abs(self._yield_at - was) > 1e-6)
             self._schedule(now, rng, out)
         elif t is Timer:
             if event.key == "reclaim":
-                self._give_back(now, out)
-                self._schedule(now, rng, out)
+                # the deadline: every server is told again (a lost word costs no more than this)
+                self._sync_yield(now, out, resend=True)
             elif event.key == "retry":
                 self._retry_pending = False
                 self._schedule(now, rng, out)
@@ -471,23 +482,58 @@ class JmState(ExtraAttempts):
             self._finish(False, "cancelled", now, out)
         return out
 
-    def _give_back(self, now: float, out: list) -> None:
-        """The RM took tokens back and they did not all free by themselves in time: kill regular
-        attempts, the most recently sent (or started) first, as they lose the least work, until
-        the job holds no more than the RM's kill line. The tasks go back to the ready list;
-        the attempts are recorded as preempted."""
-        keep = max(self._keep, self.tokens)
-        if self.used_tokens - keep <= 1e-9:
+    # ---- giving back (docs/sharing.md) -------------------------------------------
+    def _max_depth(self) -> int:
+        """Attempts one token may have out (pipelined short tasks: several, queued behind it)."""
+        return max((self._depth(st) for st in self.stages), default=1)
+
+    def _demote_beyond_tokens(self, out: list) -> None:
+        """The job holds fewer tokens than its regular attempts: those its PNs said are queued
+        wait as opportunistic ones (DemoteTask), the most recently sent first, until the rest fit
+        in its tokens. (One queued for less than PnConfig.queued_report_s is not known queued:
+        it goes when its PN says so.)"""
+        excess = self.used_tokens - self.tokens * self._max_depth()
+        if excess <= 1e-9:
             return
-        st = self.state
-        act = np.flatnonzero(((st == DISPATCHED) | (st == RUNNING)) & ~self.opp)
-        age = np.maximum(self.dispatch_t[act], self.start_t[act])
-        for t in act[np.argsort(-age, kind="stable")].tolist():
-            if self.used_tokens - keep <= 1e-9:
+        cpu_of = self._cpu_of
+        for t in self._demoting:
+            excess -= cpu_of.item(self.stage_of.item(t))
+        if excess <= 1e-9:
+            return
+        cand = np.flatnonzero(self.waiting & ~self.opp & (self.state == DISPATCHED))
+        for t in cand[np.argsort(-self.dispatch_t[cand], kind="stable")].tolist():
+            if excess <= 1e-9:
                 break
-            out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
-            self._attempt_over(t, now, out, "requeue", "preempted", blame=False, outcome="preempted")
-        self._last_report = None    # tell the RM what it holds now
+            if t in self._demoting:
+                continue
+            self._demoting.add(t)
+            excess -= cpu_of.item(self.stage_of.item(t))
+            out.append(Send(pn_address(self.server.item(t)), DemoteTask(self.job_id, t, self.attempt.item(t))))
+
+    def _sync_yield(self, now: float, out: list, resend: bool = False) -> None:
+        """While a give-back's kill line is below what the job holds, every server where its
+        regular attempts are knows the job yields there from the deadline (YieldJob): regular
+        work of others waiting for their room there takes it then, whichever server it waits
+        at, and no more than waits. When the job is back within the line, they are told."""
+        over = self._yield_at < INF and self.used_tokens > max(self._keep, self.tokens) * self._max_depth() + 1e-9
+        if over:
+            if self._marked and not resend:
+                return
+            st = self.state
+            act = ((st == DISPATCHED) | (st == RUNNING)) & ~self.opp
+            servers = set(self.server[act].tolist())
+            for e in (x for ex in self.extra.values() for x in ex):
+                servers.add(e.server)
+            after = max(0.0, self._yield_at - now)
+            for s in sorted(servers if resend else servers - self._marked):
+                out.append(Send(pn_address(s), YieldJob(self.job_id, after)))
+            self._marked |= servers
+        elif self._marked:
+            for s in sorted(self._marked):
+                out.append(Send(pn_address(s), YieldJob(self.job_id, -1.0)))
+            self._marked = set()
+            if self.used_tokens <= self._keep * self._max_depth():
+                self._yield_at = INF         # the give-back is done
 
     def wants_view(self, now: float) -> bool:
         """Whether a new cluster view gives this JM anything to do (it has tasks waiting to be
@@ -569,15 +615,14 @@ class JmState(ExtraAttempts):
             self._last_report = report
             if clone_left >= 0:
                 self.clone_cpu = clone_left        # what the RM is told it may take back
-            out.append(Send(self.cfg.rm, JobDemand(self.job_id, *report, clone_left)))
+            out.append(Send(self.cfg.rm, JobDemand(self.job_id, report, clone_left)))
         return out
 
-    def _report(self) -> tuple[int, int]:
-        """What the RM's sharing plane hears of this job: (CPUs it could use, CPUs its regular
-        attempts hold, queued at a server or running: a PN reports a task that starts at once
-        only when it ends, so the JM cannot tell the two apart); a give-back is measured
-        against the second."""
-        return self._demand(), int(round(self.used_tokens))
+    def _report(self) -> int:
+        """What the RM's sharing plane hears of this job from its JM: the CPUs it could use.
+        (What it holds, the RM hears from the PNs: a PN reports a task that starts at once only
+        when it ends, so a JM cannot tell a running attempt from a queued one.)"""
+        return self._demand()
 
     def _demand(self) -> int:
         """CPUs this job could use now: ready plus outstanding tasks."""
@@ -616,6 +661,14 @@ class JmState(ExtraAttempts):
                 changed = True
             elif rs == DISPATCHED:       # it had to queue there
                 self.last_heard[t] = now
+                if cur == DISPATCHED:
+                    if r.detail == "demoted":
+                        self._demoted(t, now, out)
+                        changed = True
+                        continue
+                    self.waiting[t] = True
+                    if self.used_tokens > self.tokens:
+                        self._demote_beyond_tokens(out)
                 if cur == DISPATCHED and self._prof.corrections and self.cfg.dup_factor > 0:
                     # fresh news of a queued task: Apollo's duplicate triggers, now and later
                     self.queued_seen[t] = True
@@ -630,6 +683,7 @@ class JmState(ExtraAttempts):
                 self.last_heard[t] = now
                 if cur == DISPATCHED:        # else already known (a probe's answer): news only
                     state[t] = step(cur, "start")
+                    self.waiting[t] = False
                     self.start_t[t] = r.t_start + shift
                     if self.extra and t in self.extra:    # duplicates are discarded when one starts
                         self._kill_extras(t, now, out, only=DUPLICATE)
@@ -652,6 +706,8 @@ class JmState(ExtraAttempts):
                 return
         if self._clone_wait and changed:
             self._release_clones(now, rng, out, final=False)
+        if changed and (self._marked or self._yield_at < INF):
+            self._sync_yield(now, out)
         # (a pass only when it may place something: most reports end a task of a stage with
         # nothing left to place, and a pass for nothing was a timer event per task)
         if changed and not self._adopting and (self.outstanding_opp or self._has_ready()):
@@ -661,9 +717,27 @@ class JmState(ExtraAttempts):
                 self._sched_armed = True
                 out.append(SetTimer(0.0, "sched"))
 
+    def _demoted(self, t: int, now: float, out: list) -> None:
+        """Its PN made ``t``'s queued regular attempt an opportunistic one (the job held more
+        than its tokens): it counts against the opportunistic allowance now, and gets a token
+        again, like any opportunistic attempt, when one frees (_upgrade)."""
+        self._demoting.discard(t)
+        self.waiting[t] = False
+        if self.opp.item(t):
+            return
+        cpu = self._cpu_of.item(self.stage_of.item(t))
+        self.used_tokens -= cpu
+        self.outstanding_opp += cpu
+        self.opp[t] = True
+        self._opp_active.add(t)
+        out.append(Log("demoted", (self.job_id, t)))
+
     def _free_slot(self, t: int, cpu: float) -> bool:
         """Give back the slot of ``t``'s active attempt (a token, or opportunistic allowance);
         True if the attempt was opportunistic."""
+        self.waiting[t] = False
+        if self._demoting:
+            self._demoting.discard(t)
         if self._opp_active and t in self._opp_active:
             self.outstanding_opp -= cpu
             self._opp_active.discard(t)
@@ -765,6 +839,9 @@ class JmState(ExtraAttempts):
         for t in act:
             out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
             self.state[t] = step(int(self.state[t]), "kill")
+        for s in sorted(self._marked):
+            out.append(Send(pn_address(s), YieldJob(self.job_id, -1.0)))
+        self._marked = set()
         done = JobDone(self.job_id, ok, reason, now, self.done)
         if self.reply_to:
             # Straight to the submitter, first: the RM is not on the critical path of a job's
@@ -1023,6 +1100,7 @@ class JmState(ExtraAttempts):
         self.dispatch_t[t] = now
         self.exp_wait[t] = wait
         self.queued_seen[t] = False
+        self.waiting[t] = False
         self.last_heard[t] = now
         self.passed_at[t] = np.inf
         self.start_t[t] = -1.0
@@ -1129,6 +1207,7 @@ class JmState(ExtraAttempts):
         self.dispatch_t[ids] = now
         self.exp_wait[ids] = wait[:n]
         self.queued_seen[ids] = False
+        self.waiting[ids] = False
         self.last_heard[ids] = now
         self.passed_at[ids] = np.inf
         self.start_t[ids] = -1.0
@@ -1223,5 +1302,9 @@ class JmState(ExtraAttempts):
         if not self.finished:
             assert self._opp_active == set(np.flatnonzero(act & self.opp).tolist()), "opportunistic set out of sync"
         assert self.done == int((self.state == S.DONE).sum())
+        assert self.finished or not (self.waiting & ~act).any(), "a task waiting at a PN with no attempt out"
+        assert all(act[t] and not self.opp[t] for t in self._demoting) or self.finished, \
+            "a demotion out for an attempt that is not a regular one"
+        assert not self._marked or self._yield_at < INF, "servers told to yield without a give-back"
         queued = sorted(t for st in self.stages for t in st.ready)
         assert queued == np.flatnonzero(self.state == S.READY).tolist(), "ready list out of sync"

@@ -5,6 +5,11 @@ in FIFO order with conservative backfill (pn.queue); opportunistic tasks run
 only on resources no regular task is planned onto right now, are picked at
 random (weighted towards short ones), and are preempted the moment a regular
 task is planned to start and needs their room.
+
+A job asked to give back what it holds beyond its tokens (YieldJob; docs/sharing.md) yields
+here: its queued regular attempts wait as opportunistic ones, and from its deadline on its
+running regular attempts are preempted, youngest first, for regular work waiting for their
+room; until then their room is planned (and advertised) as free at the deadline.
 """
 from __future__ import annotations
 
@@ -18,8 +23,8 @@ import numpy as np
 from apollo.cluster import IoModel
 from apollo.effects import Kill, Launch, Log, Send, SetTimer, Start, TaskExited, Timer
 from apollo.lifecycle import TaskState, step
-from apollo.messages import (Dispatch, Heartbeat, Holding, KillTask, ProbeJob, ProbeTask, StatusBatch, TaskReport,
-                             TaskSpec, UpgradeTask)
+from apollo.messages import (DemoteTask, Dispatch, Heartbeat, Holding, KillTask, ProbeJob, ProbeTask, StatusBatch,
+                             TaskReport, TaskSpec, UpgradeTask, YieldJob)
 from apollo.shapes import GRID, ShapeGrid
 from apollo.stragglers import NONE as NO_STRAGGLERS, StragglerModel
 
@@ -101,6 +106,13 @@ def _regular(s: TaskSpec) -> TaskSpec:
                     s.kind)
 
 
+def _opportunistic(s: TaskSpec) -> TaskSpec:
+    """``s`` as an opportunistic attempt (a demoted one)."""
+    return TaskSpec(s.job_id, s.task, s.attempt, s.stage, s.cpu, s.mem_gb, s.duration_s, s.input_bytes,
+                    s.locality, s.est_runtime_s, True, s.command, s.env, s.cwd, s.timeout_s, s.mem_limit,
+                    s.kind)
+
+
 def _weighted_pick(w: list[float], rng) -> int:
     """Index drawn with probability proportional to ``w``: ``rng.choice(len(w), p=w/sum(w))``
     (one uniform draw against the normalised cumulative weights) without numpy's per-call cost."""
@@ -131,7 +143,7 @@ class PnState:
     __slots__ = ("server", "cfg", "boot_time", "queue", "opp_queue", "running", "free_cpu", "free_mem",
                  "_matrix", "_matrix_time", "_waits", "_planned_at", "_avail", "_overdue_at", "_last_m", "_last_t", "_hb_due",
                  "_changed", "_quiet_due", "_revise_at", "_queued_due", "ended", "jm_at", "_dispatches", "_jm_default",
-                 "_idle_w", "_gcpu", "_gmem")
+                 "_idle_w", "_gcpu", "_gmem", "yielding", "_yield_due")
 
     def __init__(self, server: int, config: PnConfig) -> None:
         self.server = server
@@ -166,6 +178,10 @@ class PnState:
         # one-host cluster from keeping one per job it ever ran.
         self.jm_at: dict[int, tuple[int, str]] = {}
         self._jm_default = ""
+        # Jobs yielding here (YieldJob): job -> when (on this PN's clock) its running regular
+        # attempts start to yield to waiting regular work. Empty but for the length of a give-back.
+        self.yielding: dict[int, float] = {}
+        self._yield_due = INF                   # when the armed "yield" timer fires
 
     # ---- event entry -------------------------------------------------------
     def handle(self, event, now: float, rng) -> list:
@@ -177,11 +193,17 @@ class PnState:
         if t is list:
             return self._on_exits(event, now, rng)
         if t is Timer:
-            return self._report_queued(now) if event.key == "queued" else self._heartbeat(now)
+            k = event.key
+            return self._report_queued(now) if k == "queued" else self._yield_now(now, rng) if k == "yield" \
+                else self._heartbeat(now)
         if t is KillTask:
             return self._on_kill(event, now, rng)
         if t is UpgradeTask:
             return self._on_upgrade(event, now, rng)
+        if t is YieldJob:
+            return self._on_yield(event, now, rng)
+        if t is DemoteTask:
+            return self._on_demote(event, now, rng)
         if t is ProbeTask:
             return self._on_probe(event, now)
         if t is ProbeJob:
@@ -223,6 +245,10 @@ class PnState:
             if self.running and spec.key in self.running:
                 continue        # an attempt already running here, sent again: one run of it, not two
             a = Attempt(spec, DISPATCHED, now)
+            if self.yielding and not spec.opportunistic and not spec.kind and spec.job_id in self.yielding:
+                # (a Dispatch that overtook the JM's word that its job no longer yields)
+                a.spec = spec = _opportunistic(spec)
+                started.setdefault(spec.job_id, []).append(self._demoted_report(a, now))
             if spec.opportunistic:
                 self.opp_queue.append(a)
                 queued = True
@@ -405,17 +431,106 @@ class PnState:
             return []
         for i, x in enumerate(self.opp_queue):
             if x.spec.key == key:
+                out: list = []
+                reports: dict = {}
+                if self.yielding and x.spec.job_id in self.yielding and not x.spec.kind:
+                    # (overtook the JM's word that the job no longer yields: still demoted)
+                    reports[msg.job_id] = [self._demoted_report(x, now)]
+                    self._emit_reports(now, out, reports)
+                    return out
                 self.opp_queue.pop(i)
                 x.spec = _regular(x.spec)
                 self.queue.append(x)
-                out: list = []
                 self._arm_queued_report(now, out)
-                reports: dict = {}
                 self._matrix = None
                 self._run_queues(now, rng, out, reports)
                 self._emit_reports(now, out, reports)
                 return out
         return []
+
+    # ---- give-backs (docs/sharing.md) --------------------------------------------
+    def _demoted_report(self, a: Attempt, now: float) -> TaskReport:
+        s = a.spec
+        return TaskReport(s.job_id, s.task, s.attempt, int(DISPATCHED), now, 0.0, 0, "demoted")
+
+    def _demote_queued(self, job_id: int, now: float, reports: dict) -> None:
+        """The job's queued regular first attempts wait as opportunistic ones from now."""
+        keep = []
+        for a in self.queue:
+            s = a.spec
+            if s.job_id == job_id and not s.kind:
+                a.spec = _opportunistic(s)
+                self.opp_queue.append(a)
+                reports.setdefault(job_id, []).append(self._demoted_report(a, now))
+            else:
+                keep.append(a)
+        self.queue = keep
+
+    def _on_demote(self, msg: DemoteTask, now: float, rng) -> list:
+        """One regular attempt beyond its job's tokens: if still queued, it waits as an
+        opportunistic one; if running (it started before the word came), nothing changes."""
+        key = (msg.job_id, msg.task, msg.attempt)
+        for i, a in enumerate(self.queue):
+            if a.spec.key == key:
+                del self.queue[i]
+                a.spec = _opportunistic(a.spec)
+                self.opp_queue.append(a)
+                reports = {msg.job_id: [self._demoted_report(a, now)]}
+                out: list = []
+                self._matrix = None
+                self._run_queues(now, rng, out, reports)
+                self._emit_reports(now, out, reports)
+                return out
+        return []
+
+    def _on_yield(self, msg: YieldJob, now: float, rng) -> list:
+        """The job gives back what it holds beyond its tokens (see the module's docstring)."""
+        job = msg.job_id
+        out: list = []
+        reports: dict[int, list] = {}
+        if msg.after_s < 0:
+            if self.yielding.pop(job, None) is None:
+                return out
+        else:
+            at = now + msg.after_s
+            self.yielding[job] = at
+            self._demote_queued(job, now, reports)
+            if at > now:
+                self._arm_yield(at, now, out)
+        self._matrix = None
+        self._run_queues(now, rng, out, reports)
+        self._emit_reports(now, out, reports)
+        if msg.after_s == 0.0 or msg.after_s < 0:
+            self._send_heartbeat(now, out)     # room that is free now: say so at once
+        return out
+
+    def _arm_yield(self, at: float, now: float, out: list) -> None:
+        if at < self._yield_due:
+            self._yield_due = at
+            out.append(SetTimer(at - now, "yield"))
+
+    def _yield_now(self, now: float, rng) -> list:
+        """A yield deadline came: regular work waiting for the room of yielding attempts takes
+        it now, and the RM hears at once (a slot scheduler's JMs look for room in its view)."""
+        self._yield_due = INF
+        out: list = []
+        later = [t for t in self.yielding.values() if t > now + 1e-9]
+        if later:
+            self._arm_yield(min(later), now, out)
+        reports: dict[int, list] = {}
+        self._matrix = None
+        self._run_queues(now, rng, out, reports)
+        self._emit_reports(now, out, reports)
+        self._send_heartbeat(now, out)
+        return out
+
+    def _yields_now(self, a: Attempt, now: float) -> bool:
+        """Whether running attempt ``a`` yields its room to waiting regular work now."""
+        y = self.yielding
+        if not y or a.spec.opportunistic:
+            return False
+        at = y.get(a.spec.job_id)
+        return at is not None and at <= now + 1e-9
 
     # ---- queue mechanics ---------------------------------------------------
     def _start(self, a: Attempt, now: float, rng, out: list, report: bool, reports: dict | None = None) -> None:
@@ -481,7 +596,7 @@ class PnState:
                 self.queue = q = q[i:]
             fc, fm = self.free_cpu + eps, self.free_mem + eps
             for a in self.running.values():
-                if a.spec.opportunistic:
+                if a.spec.opportunistic or self._yields_now(a, now):
                     fc += a.spec.cpu
                     fm += a.spec.mem_gb
             if q and not any(a.spec.cpu <= fc and a.spec.mem_gb <= fm for a in q):
@@ -500,11 +615,12 @@ class PnState:
             self._run_opportunistic(now, rng, out, reports)
 
     def _make_room(self, s: TaskSpec, now: float, out: list, reports: dict) -> None:
-        """Preempt opportunistic tasks, youngest first, until the regular task ``s`` fits."""
+        """Preempt opportunistic tasks, youngest first, then the attempts of jobs yielding now,
+        youngest first, until the regular task ``s`` fits."""
         if s.cpu <= self.free_cpu + 1e-9 and s.mem_gb <= self.free_mem + 1e-9:
             return
-        victims = sorted((a for a in self.running.values() if a.spec.opportunistic),
-                         key=lambda a: -a.started_at)
+        victims = sorted((a for a in self.running.values() if a.spec.opportunistic or self._yields_now(a, now)),
+                         key=lambda a: (not a.spec.opportunistic, -a.started_at))
         for v in victims:
             if s.cpu <= self.free_cpu + 1e-9 and s.mem_gb <= self.free_mem + 1e-9:
                 break
@@ -609,6 +725,7 @@ class PnState:
         free_c, free_m = self.free_cpu, self.free_mem
         rel = []
         overrun = self.cfg.overrun_factor
+        yielding = self.yielding
         for a in self.running.values():
             s = a.spec
             if s.opportunistic and not include_opportunistic:
@@ -618,6 +735,14 @@ class PnState:
             end = a.started_at + s.est_runtime_s
             if end <= now:
                 end = now + overrun * (now - a.started_at) + 1e-3
+            if yielding and not s.opportunistic and s.job_id in yielding:
+                # its room is regular work's from the job's deadline on (free now, once it passed)
+                at = yielding[s.job_id]
+                if at <= now + 1e-9:
+                    free_c += s.cpu
+                    free_m += s.mem_gb
+                    continue
+                end = min(end, at)
             rel.append((end, s.cpu, s.mem_gb))
         if len(rel) > 1:
             rel.sort()
@@ -632,17 +757,35 @@ class PnState:
         cfg = self.cfg
         out: list = []
         if self._changed or now >= self._quiet_due - 1e-9:
-            self._changed = False
-            matrix = self._reading(now)
-            self._quiet_due = now + min(cfg.liveness_s, max(self._revise_at - now, cfg.revise_every_s))
-            out.append(Send(cfg.rm, Heartbeat(self.server, self.boot_time, now, matrix, len(self.running),
-                                              len(self.queue) + len(self.opp_queue), self.free_cpu)))
+            self._send_heartbeat(now, out)
             nxt = now + cfg.heartbeat_s if (self.running or self.queue or self.opp_queue) else self._quiet_due
         else:
             nxt = self._quiet_due
         self._hb_due = nxt
         out.append(SetTimer(nxt - now, "hb"))
         return out
+
+    def _send_heartbeat(self, now: float, out: list) -> None:
+        """The heartbeat itself: the reading, the counts and what each job's regular attempts
+        hold here (the RM's account of what jobs hold; docs/sharing.md)."""
+        cfg = self.cfg
+        self._changed = False
+        matrix = self._reading(now)
+        self._quiet_due = now + min(cfg.liveness_s, max(self._revise_at - now, cfg.revise_every_s))
+        jobs: list[int] = []
+        cpus: list[float] = []
+        for a in self.running.values():
+            s = a.spec
+            if s.opportunistic:
+                continue
+            j = s.job_id
+            if j in jobs:
+                cpus[jobs.index(j)] += s.cpu
+            else:
+                jobs.append(j)
+                cpus.append(s.cpu)
+        out.append(Send(cfg.rm, Heartbeat(self.server, self.boot_time, now, matrix, len(self.running),
+                                          len(self.queue) + len(self.opp_queue), self.free_cpu, jobs, cpus)))
 
     def _changed_now(self, now: float, out: list) -> None:
         """The queues changed: make sure the RM hears within heartbeat_s."""
@@ -683,6 +826,9 @@ class PnState:
                 here = {r.job_id for r in ended} | {k[0] for k in self.running} | \
                     {a.spec.job_id for q in (self.queue, self.opp_queue) for a in q}
                 self.jm_at = {j: v for j, v in self.jm_at.items() if j in here}
+            if self.yielding:
+                here = {k[0] for k in self.running} | {a.spec.job_id for q in (self.queue, self.opp_queue) for a in q}
+                self.yielding = {j: v for j, v in self.yielding.items() if j in here}
 
     def _progress(self, a: Attempt, now: float) -> float:
         """How far a running attempt is (0-1): a synthetic task by its modelled time (its compute
@@ -713,3 +859,8 @@ class PnState:
             assert a.state == TaskState.RUNNING
         for a in self.queue + self.opp_queue:
             assert a.state == TaskState.DISPATCHED
+        for a in self.queue:
+            assert not a.spec.opportunistic, "an opportunistic attempt in the regular queue"
+            assert a.spec.kind or a.spec.job_id not in self.yielding, "a yielding job's attempt queued as regular"
+        for a in self.opp_queue:
+            assert a.spec.opportunistic, "a regular attempt in the opportunistic queue"

@@ -78,12 +78,12 @@ class Views:
         rm = self.rm
         cap = rm.capacity or rm.cfg.servers * rm.cfg.server_cores
         lim = rm.tree.resolve(cap)
-        held, want, tokens = {}, {}, {}
-        for e in list(rm.jobs.values()):
-            if e.admitted:
-                held[e.queue] = held.get(e.queue, 0.0) + e.running
-                tokens[e.queue] = tokens.get(e.queue, 0) + e.tokens
-            want[e.queue] = want.get(e.queue, 0.0) + e.demand
+        figs = rm.queue_figures()
+        held, tokens, want = ({q: f[i] for q, f in figs.items()} for i in range(3))
+        for q in reversed(rm.tree.nodes()):      # a parent holds what its children hold
+            if q.children:
+                for d in (held, tokens, want):
+                    d[q.path] = sum(d.get(c.path, 0) for c in q.children)
         rows = []
         for q in rm.tree.nodes():
             p = q.path
@@ -103,7 +103,7 @@ class Views:
             pos = self.rm.positions.get(job_id)
             row.update(name=e.spec.name, queue=e.queue, user=e.spec.user,
                        state="running" if e.admitted else "waiting", tokens=e.tokens, demand=_num(e.demand),
-                       running=_num(e.running), admitted=e.admitted, host=e.host or None,
+                       running=_num(self.rm.held(job_id)), admitted=e.admitted, host=e.host or None,
                        waiting_position=pos[1] if pos else None, submitted_at=_num(e.submitted_at),
                        tasks=e.spec.total_tasks)
         elif t is not None:

@@ -158,21 +158,17 @@ class StateCollector:
         rm = self.rm
         leaves = [q.path for q in rm.tree.leaves()]
         lim = rm.tree.resolve(rm.capacity or rm.cfg.servers * rm.cfg.server_cores)
-        held = dict.fromkeys(leaves, 0.0)
-        tokens = dict.fromkeys(leaves, 0)
-        demand = dict.fromkeys(leaves, 0.0)
-        for e in list(rm.jobs.values()):
-            if e.admitted:
-                held[e.queue] = held.get(e.queue, 0.0) + e.running
-                tokens[e.queue] = tokens.get(e.queue, 0) + e.tokens
-            demand[e.queue] = demand.get(e.queue, 0.0) + e.demand
+        figs = rm.queue_figures()
+        held = {q: f[0] for q, f in figs.items()}
+        tokens = {q: f[1] for q, f in figs.items()}
+        demand = {q: f[2] for q, f in figs.items()}
         fams = [("apollo_pending_jobs", "Jobs waiting for admission", lambda q: rm._waiting_in.get(q, 0)),
                 ("apollo_running_jobs", "Admitted jobs", lambda q: rm._admitted_in.get(q, 0)),
                 ("apollo_queue_share_cores", "The sharing policy's share at its last round",
                  lambda q: rm.shares.get(q, 0.0)),
                 ("apollo_queue_guarantee_cores", "Guaranteed capacity (min share)", lambda q: lim[q].guarantee),
                 ("apollo_queue_tokens", "Tokens held by the queue's admitted jobs", lambda q: tokens.get(q, 0)),
-                ("apollo_queue_running_cores", "CPUs the queue's regular tasks hold (as its JMs last said)",
+                ("apollo_queue_running_cores", "CPUs the queue's regular tasks run on (as the servers last said)",
                  lambda q: held.get(q, 0.0)),
                 ("apollo_queue_demand_cores", "CPUs the queue's jobs could use now", lambda q: demand.get(q, 0.0))]
         for name, doc, value in fams:

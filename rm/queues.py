@@ -186,17 +186,23 @@ class QueueTree:
     def parse(cls, data: dict, source: str = "<string>") -> QueueTree:
         return _Parser(source).tree(data)
 
+    @classmethod
+    def parse_text(cls, text: str, source: str = "<string>") -> QueueTree:
+        """A queue file's text (TOML)."""
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise QueueError(f"{source}: not valid TOML: {e}") from None
+        return cls.parse(data, source)
+
 
 def load_queue_file(path: str | Path) -> QueueTree:
     src = str(path)
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
+        text = Path(path).read_text()
     except FileNotFoundError:
         raise QueueError(f"{src}: no such queue file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise QueueError(f"{src}: not valid TOML: {e}") from None
-    return QueueTree.parse(data, source=src)
+    return QueueTree.parse_text(text, source=src)
 
 
 # ---- parsing and validation ------------------------------------------------------------

@@ -80,7 +80,6 @@ class JobEntry:
     demand: float                    # CPUs it could use now (as its JM last said)
     queue: str                       # its leaf queue's path
     tokens: int = 0
-    running: float = 0.0             # CPUs its regular tasks hold (as its JM last said)
     admitted: bool = False
     state: str = "running"           # running | done | failed | cancelled
     host: str = ""
@@ -98,10 +97,10 @@ class JobEntry:
     clone_cpu: float = 0.0           # ... and the CPUs of the clone budget granted for them ...
     clones_low: bool = False         # ... running at low priority (granted above tau)
 
-    def view(self) -> JobView:
+    def view(self, held: float) -> JobView:
         s = self.spec
         return JobView(self.job_id, self.queue, s.user, 1.0, s.priority, self.submitted_at, self.demand,
-                       self.tokens, self.running, self.admitted)
+                       self.tokens, held, self.admitted)
 
 
 class RmState:
@@ -124,6 +123,11 @@ class RmState:
         self._queued = [0] * n
         self._cpu_free = [float(config.server_cores)] * n
         self._offsets = Offsets(n)                  # each PN's clock against ours
+        # What jobs hold: the CPUs their regular attempts run on, as each server's last heartbeat
+        # said (queued attempts hold nothing; docs/sharing.md). Per server: (jobs, milli-CPUs);
+        # per job: the sum over live servers, in milli-CPUs (integers: no drift).
+        self._pn_held: list[tuple] = [((), ())] * n
+        self._held: dict[int, int] = {}
         self._pn_time = [-math.inf] * n             # its last heartbeat's time, on its clock
         self._pn_boot = [math.nan] * n              # ...and boot time, on its clock
         self._alive_n = 0                # alive.sum(), kept (capacity is read per admission)
@@ -197,7 +201,7 @@ class RmState:
             e = self.jobs.get(event.job_id)
             if e is not None and e.state == "running":
                 e.demand_at = now
-                self._note_demand(e, event.remaining, event.running)
+                self._note_demand(e, event.remaining)
                 if 0.0 <= event.clone_cpu < e.clone_cpu:      # its finished tasks' clones are over
                     self.clone_budget.release(e.clone_cpu - event.clone_cpu)
                     e.clone_cpu = event.clone_cpu
@@ -235,6 +239,8 @@ class RmState:
             self.boot_times[s] = hb.boot_time + shift
         self.matrices[s] = hb.matrix
         self.stamps[s] = hb.time + shift
+        if hb.jobs or self._pn_held[s][0]:
+            self._set_held(s, tuple(hb.jobs), tuple(int(round(c * 1000)) for c in hb.job_cpus))
         self._running[s] = hb.running
         self._queued[s] = hb.queued
         self._cpu_free[s] = hb.cpu_free
@@ -254,6 +260,44 @@ class RmState:
             if r:
                 out += r
         return out
+
+    def _set_held(self, s: int, jobs: tuple, milli: tuple) -> None:
+        """Server ``s`` now runs ``milli`` milli-CPUs of regular attempts of each of ``jobs``."""
+        held = self._held
+        old_jobs, old_milli = self._pn_held[s]
+        for j, m in zip(old_jobs, old_milli):
+            left = held[j] - m
+            if left:
+                held[j] = left
+            else:
+                del held[j]
+        for j, m in zip(jobs, milli):
+            held[j] = held.get(j, 0) + m
+        self._pn_held[s] = (jobs, milli)
+
+    def held(self, job_id: int) -> float:
+        """CPUs the job's regular attempts run on, as the live servers last said: the one account
+        of what a job holds (the sharing plane's, the API's, the metrics')."""
+        return self._held.get(job_id, 0) / 1000.0
+
+    def holding(self) -> dict[str, float]:
+        """Each leaf queue's held CPUs: its admitted jobs' (never more than the live cores)."""
+        return {q: f[0] for q, f in self.queue_figures().items()}
+
+    def queue_figures(self) -> dict[str, tuple[float, int, float]]:
+        """Per leaf queue: (CPUs held, tokens, CPUs its jobs could use now), as every view of
+        the queues shows them (the report's rows, /api/queues, /metrics, the dashboard)."""
+        out: dict[str, list] = {}
+        held = self._held
+        for e in list(self.jobs.values()):
+            f = out.get(e.queue)
+            if f is None:
+                f = out[e.queue] = [0.0, 0, 0.0]
+            if e.admitted:
+                f[0] += held.get(e.job_id, 0) / 1000.0
+                f[1] += e.tokens
+            f[2] += e.demand
+        return {q: (f[0], f[1], f[2]) for q, f in out.items()}
 
     def lightly_loaded(self) -> np.ndarray:
         n = self.cfg.servers
@@ -277,6 +321,8 @@ class RmState:
             return out
         stale = (self.alive == 1) & (now - self.stamps > self.cfg.dead_after_s)
         if stale.any():
+            for s in np.flatnonzero(stale).tolist():
+                self._set_held(s, (), ())       # a dead server holds nothing
             self.alive[stale] = 0
             self._alive_n = int(self.alive.sum())
             self._tokens_dirty = True
@@ -394,8 +440,7 @@ class RmState:
         held = set()
         jobs = self.jobs
         late = 2 * self.cfg.host_report_s
-        for job_id, seq, demand, running in zip(r.jobs.tolist(), r.seqs.tolist(), r.demand.tolist(),
-                                                r.running.tolist()):
+        for job_id, seq, demand in zip(r.jobs.tolist(), r.seqs.tolist(), r.demand.tolist()):
             e = jobs.get(job_id)
             if e is None or e.state != "running":
                 out.append(Send(h, ReleaseJob(job_id, True)))      # finished, or cancelled: stop it
@@ -416,9 +461,9 @@ class RmState:
                 m = self._resend_tokens(e, now)
                 if m is not None:
                     out.append(m)
-            if (demand != e.demand or running != e.running) and now - e.demand_at > late:
-                # a JobDemand lost (it is sent only on a change): the report's figures stand in
-                self._note_demand(e, demand, running)
+            if demand != e.demand and now - e.demand_at > late:
+                # a JobDemand lost (it is sent only on a change): the report's figure stands in
+                self._note_demand(e, demand)
         for job_id, done in zip(r.progress_jobs.tolist(), r.progress):
             e = jobs.get(job_id)
             if e is not None and e.host == h and e.state == "running":
@@ -475,9 +520,8 @@ class RmState:
         if host:
             load[host] = load.get(host, 0) + 1
 
-    def _note_demand(self, e: JobEntry, demand: float, running: float) -> None:
+    def _note_demand(self, e: JobEntry, demand: float) -> None:
         e.demand = float(demand)
-        e.running = float(running)
         if e.admitted:
             if e.tokens > e.demand:
                 self._slack.add(e.job_id)
@@ -506,9 +550,20 @@ class RmState:
             return out + self._admit(e, int(min(e.demand, free)) if e.demand > 0 else 0, now)
         self._waiting_in[leaf] = self._waiting_in.get(leaf, 0) + 1
         self.positions[e.job_id] = (leaf, self._waiting_in[leaf])
-        if ok:          # only tokens are short: a round soon re-divides them (limits wait for a job to end)
+        if ok and e.demand > 0 and self._below_guarantee(leaf, total):
+            # Its queue holds less than its guarantee: admitted now, the borrowers' tokens cut in
+            # the same round (what they still hold is given back within the queue's timeout).
+            out += self._round(self._now)
+        elif ok:        # only tokens are short: a round soon re-divides them (limits wait for a job to end)
             out += self._soon_round()
         return out
+
+    def _below_guarantee(self, leaf: str, total: int) -> bool:
+        """Whether the tokens of ``leaf``'s admitted jobs are below its guarantee."""
+        g = self.tree.resolve(float(total))[leaf].guarantee
+        if g <= 0:
+            return False
+        return sum(e.tokens for e in self.jobs.values() if e.admitted and e.queue == leaf) < g - 1e-9
 
     def _soon_round(self) -> list:
         if self._soon:
@@ -561,7 +616,8 @@ class RmState:
         out: list = []
         total = self._whole_cores()
         cap = self.capacity or self.cfg.servers * self.cfg.server_cores
-        snap = Snapshot(now, float(total), tuple(e.view() for e in self.jobs.values()))
+        held = self._held
+        snap = Snapshot(now, float(total), tuple(e.view(held.get(e.job_id, 0) / 1000.0) for e in self.jobs.values()))
         alloc = self.policy.allocate(snap)
         self._checked = (snap, alloc)         # for validate(): the policy's invariants, once per round
         for job_id in alloc.admit:
@@ -595,7 +651,7 @@ class RmState:
             # what that did has been heard
             e.settle_until = max(deadline, now) + SETTLE_VIEWS * self.cfg.view_interval_s
             out.append(self._reclaim(e, r.tokens, r.within_s))
-            out.append(Log("reclaim", (r.job_id, now, e.queue, e.running - r.tokens, r.within_s)))
+            out.append(Log("reclaim", (r.job_id, now, e.queue, self.held(r.job_id) - r.tokens, r.within_s)))
         for e in self.jobs.values():
             if e.reclaim and e.job_id not in owed and e.reclaim[1] > now:
                 # no longer owed (the shortfall was met as tasks ended): call the kill off
@@ -620,13 +676,9 @@ class RmState:
         """(now, capacity, {leaf: (share, holding, demand, guarantee, starving_s, running jobs,
         waiting jobs)}) for the report and `apollo queues`."""
         lim = self.tree.resolve(cap)
-        held: dict[str, float] = {}
-        want: dict[str, float] = {}
-        for e in self.jobs.values():
-            if e.admitted:
-                held[e.queue] = held.get(e.queue, 0.0) + e.running
-            want[e.queue] = want.get(e.queue, 0.0) + e.demand
-        rows = {q.path: (alloc.shares.get(q.path, 0.0), held.get(q.path, 0.0), want.get(q.path, 0.0),
+        figs = self.queue_figures()
+        none = (0.0, 0, 0.0)
+        rows = {q.path: (alloc.shares.get(q.path, 0.0), figs.get(q.path, none)[0], figs.get(q.path, none)[2],
                          lim[q.path].guarantee, alloc.starving.get(q.path, 0.0), self._admitted_in.get(q.path, 0),
                          self._waiting_in.get(q.path, 0))
                 for q in self.tree.leaves()}
@@ -749,6 +801,14 @@ class RmState:
         assert set(self.positions) == {e.job_id for e in self.jobs.values() if not e.admitted}
         granted = sum(e.clone_cpu for e in self.jobs.values())
         assert abs(self.clone_budget.used - granted) < 1e-6, "clone budget out of sync"
+        per_job: dict[int, int] = {}
+        for s, (jobs, milli) in enumerate(self._pn_held):
+            assert not jobs or self.alive[s], "a dead server holds CPUs"
+            assert sum(milli) <= self.cfg.server_cores * 1000 + 1e-6, "a server holds more than its cores"
+            for j, m in zip(jobs, milli):
+                per_job[j] = per_job.get(j, 0) + m
+        assert per_job == {j: m for j, m in self._held.items() if m}, "held CPUs out of sync"
+        assert sum(self.holding().values()) <= self.capacity + 1e-6, "more CPUs held than the cluster has"
 
 
 def _first_demand(spec: JobSpec) -> float:

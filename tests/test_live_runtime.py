@@ -218,7 +218,7 @@ async def test_local_sends_are_asynchronous_and_in_order(tmp_path):
 
     def a_script(ev, now):
         if type(ev) is Start:
-            return [Send("b", JobDemand(i, 0, 0)) for i in range(100)] + [Send("a", JobDemand(999, 0, 0))]
+            return [Send("b", JobDemand(i, 0)) for i in range(100)] + [Send("a", JobDemand(999, 0))]
         return []
     a = Probe(a_script)
     rt.add("a", a)
@@ -228,7 +228,7 @@ async def test_local_sends_are_asynchronous_and_in_order(tmp_path):
         await wait_until(lambda: len(b.seen) == 100 and len(a.seen) == 2)
         assert [m.job_id for m, _ in b.seen] == list(range(100))
         assert a.max_depth == 1 and b.max_depth == 1          # a send to itself is not re-entrant
-        assert a.seen[1][0] == JobDemand(999, 0, 0)
+        assert a.seen[1][0] == JobDemand(999, 0)
         assert all(now >= 0 for _, now in a.seen + b.seen)
     finally:
         await rt.stop()
@@ -270,7 +270,7 @@ async def test_an_actor_exception_drops_that_event_only(tmp_path, caplog):
     await rt.start()
     try:
         for i in range(4):
-            rt.inject("p", JobDemand(i, 0, 0))
+            rt.inject("p", JobDemand(i, 0))
         await wait_until(lambda: len(p.seen) == 4)
         assert rt.errors == 1
         assert "boom" in caplog.text and "Traceback" in caplog.text
@@ -337,7 +337,7 @@ async def test_remote_message_to_an_unknown_address_is_logged(tmp_path):
     await b.start()
     try:
         b.add_route("ghost", a.address)
-        b.inject("ghost:3", JobDemand(1, 0, 0))
+        b.inject("ghost:3", JobDemand(1, 0))
         await wait_until(lambda: a.unknown == 1)
         assert logged[0][0] == "warn" and "ghost:3" in logged[0][1][0]
     finally:
@@ -376,7 +376,7 @@ async def runtime_with_pn(tmp_path, **kw):
 
     def do(*effects):
         pn.todo.extend(effects)
-        rt.inject("pn:0", JobDemand(0, 0, 0))
+        rt.inject("pn:0", JobDemand(0, 0))
     return rt, pn, do
 
 

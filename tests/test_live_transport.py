@@ -116,19 +116,19 @@ async def exchange(n_msgs=10_000):
 
     def b_on(to, msg):
         b_in.append((to, msg))
-        b.send("a:1", JobDemand(msg.job_id, msg.remaining, 1))   # learned from A's hello
+        b.send("a:1", JobDemand(msg.job_id, msg.remaining, 1.0))   # learned from A's hello
 
     b = await node(["b"], on_message=b_on)
     try:
         a.add_route("b", b.address)
         for i in range(n_msgs):
-            assert a.send(f"b:{i % 3}", JobDemand(i, n_msgs - i, 0))
+            assert a.send(f"b:{i % 3}", JobDemand(i, n_msgs - i, 0.0))
         await wait_until(lambda: len(a_in.got) == n_msgs, what="all replies")
         assert [m.job_id for _, m in b_in] == list(range(n_msgs))
         assert [to for to, _ in b_in[:3]] == ["b:0", "b:1", "b:2"]
-        assert all(m.remaining == n_msgs - m.job_id and m.running == 0 for _, m in b_in)
+        assert all(m.remaining == n_msgs - m.job_id and m.clone_cpu == 0 for _, m in b_in)
         assert [m.job_id for _, m in a_in.got] == list(range(n_msgs))
-        assert all(to == "a:1" and m.running == 1 for to, m in a_in.got)
+        assert all(to == "a:1" and m.clone_cpu == 1.0 for to, m in a_in.got)
         # batched: many frames share a write, both ways
         assert a.frames_out == n_msgs and b.frames_out == n_msgs
         assert a.writes * 100 <= a.frames_out, (a.writes, a.frames_out)
@@ -161,15 +161,15 @@ async def test_routing_exact_before_prefix_and_queueing_while_connecting():
         c.add_route("pn", x.address)
         c.add_route("pn:2", y.address)
         for i in range(5):                        # both queue while their connections are dialled
-            c.send("pn:1", JobDemand(i, 0, 0))
-            c.send("pn:2", JobDemand(i, 0, 0))
-        c.send("pn:7", JobDemand(99, 0, 0))         # prefix route -> x
+            c.send("pn:1", JobDemand(i, 0))
+            c.send("pn:2", JobDemand(i, 0))
+        c.send("pn:7", JobDemand(99, 0))         # prefix route -> x
         await wait_until(lambda: len(x_in.got) == 6 and len(y_in.got) == 5)
         assert [m.job_id for _, m in x_in.got] == [0, 1, 2, 3, 4, 99]
         assert x_in.got[-1][0] == "pn:7"
         assert [m.job_id for _, m in y_in.got] == [0, 1, 2, 3, 4]
         # the client has no listen address, yet the servers reach it back over its connections
-        x.send("c", JobDemand(7, 0, 0))
+        x.send("c", JobDemand(7, 0))
         got = []
         c.on_message = lambda to, m: got.append((to, m.job_id))
         await wait_until(lambda: got == [("c", 7)])
@@ -189,13 +189,13 @@ async def test_what_handling_a_read_sends_is_written_when_the_read_is_handled():
         before = y.writes
         # (scheduled before the reply: it runs ahead of the flush the reply schedules)
         loop.call_soon(lambda: seen.append(y.writes - before))
-        y.send("c", JobDemand(m.job_id + 100, 0, 0))
+        y.send("c", JobDemand(m.job_id + 100, 0))
 
     y = await node(["pn:1"], on_message=on_y)
     try:
         c.add_route("pn:1", y.address)
         for i in range(3):
-            c.send("pn:1", JobDemand(i, 0, 0))
+            c.send("pn:1", JobDemand(i, 0))
             await wait_until(lambda: len(c_in.got) == i + 1)
         assert [m.job_id for _, m in c_in.got] == [100, 101, 102]
         assert seen == [1, 1, 1]          # written as the read was handled, not an iteration later
@@ -213,8 +213,8 @@ async def test_simultaneous_dials_settle_on_one_connection():
         a.add_route("b", b.address)
         b.add_route("a", a.address)
         for i in range(50):                          # both dial before either is connected
-            a.send("b:1", JobDemand(i, 0, 0))
-            b.send("a:1", JobDemand(i, 0, 0))
+            a.send("b:1", JobDemand(i, 0))
+            b.send("a:1", JobDemand(i, 0))
         await wait_until(lambda: len(a_in.got) == 50 and len(b_in.got) == 50)
         assert sorted(m.job_id for _, m in a_in.got) == list(range(50))
         assert sorted(m.job_id for _, m in b_in.got) == list(range(50))
@@ -224,8 +224,8 @@ async def test_simultaneous_dials_settle_on_one_connection():
         (ca,), (cb,) = a._conns, b._conns
         assert ca.transport.get_extra_info("sockname") == cb.transport.get_extra_info("peername")
         for i in range(50, 60):
-            a.send("b:1", JobDemand(i, 0, 0))
-            b.send("a:1", JobDemand(i, 0, 0))
+            a.send("b:1", JobDemand(i, 0))
+            b.send("a:1", JobDemand(i, 0))
         await wait_until(lambda: len(a_in.got) == 60 and len(b_in.got) == 60)
         assert a.dropped == b.dropped == 0
     finally:
@@ -239,16 +239,16 @@ async def test_close_flushes_what_is_queued_and_late_hosted_addresses_are_announ
     b = await node(["b"], on_message=b_in)
     try:
         a.add_route("b", b.address)
-        a.send("b:1", JobDemand(1, 0, 0))
+        a.send("b:1", JobDemand(1, 0))
         await wait_until(lambda: len(b_in.got) == 1)
         b.host("late")                               # b starts hosting more after the hello
         got = []
         b.on_message = lambda to, m: got.append(to)
         await wait_until(lambda: "late" in a._learned)
-        assert a.send("late:9", JobDemand(2, 0, 0))      # no static route: learned from b
+        assert a.send("late:9", JobDemand(2, 0))      # no static route: learned from b
         await wait_until(lambda: got == ["late:9"])
         for i in range(3):
-            a.send("b:1", JobDemand(10 + i, 0, 0))
+            a.send("b:1", JobDemand(10 + i, 0))
         await a.close()                              # right away: the three still go out
         await wait_until(lambda: len(got) == 4)
     finally:
@@ -260,7 +260,7 @@ async def test_no_route_drops_with_a_log_line(caplog):
     caplog.set_level(logging.WARNING, logger="apollo.transport")
     a = await node(["a"])
     try:
-        assert a.send("nowhere:1", JobDemand(1, 0, 0)) is False
+        assert a.send("nowhere:1", JobDemand(1, 0)) is False
         assert a.dropped == 1
         assert "no route" in caplog.text
     finally:
@@ -276,16 +276,16 @@ async def test_dropped_connection_loses_pending_frames_then_reconnects(caplog):
     b.on_peer_lost = lost.append
     try:
         a.add_route("b", b.address)
-        a.send("b:1", JobDemand(1, 0, 0))
+        a.send("b:1", JobDemand(1, 0))
         await wait_until(lambda: len(b_in.got) == 1)
         (conn,) = [c for c in a._conns]
         conn.transport.abort()                      # the connection dies ...
-        a.send("b:1", JobDemand(2, 0, 0))           # ... before A has noticed: this frame is lost
+        a.send("b:1", JobDemand(2, 0))           # ... before A has noticed: this frame is lost
         await wait_until(lambda: lost == [["a"]], what="B noticing")
         await wait_until(lambda: not a._conns, what="A noticing")
         assert a.dropped == 1
         assert "1 pending frame(s) dropped" in caplog.text
-        assert a.send("b:1", JobDemand(3, 0, 0))   # a later send reconnects
+        assert a.send("b:1", JobDemand(3, 0))   # a later send reconnects
         await wait_until(lambda: len(b_in.got) == 2)
         assert [m.job_id for _, m in b_in.got] == [1, 3]
     finally:
@@ -301,10 +301,10 @@ async def test_unreachable_peer_is_logged_and_retried_with_backoff(caplog):
     a = await node(["a"])
     try:
         a.add_route("b", dead)
-        assert a.send("b:1", JobDemand(1, 0, 0))     # queued while dialling
+        assert a.send("b:1", JobDemand(1, 0))     # queued while dialling
         await wait_until(lambda: "connect failed" in caplog.text)
         assert a.dropped == 1
-        assert a.send("b:1", JobDemand(2, 0, 0)) is False   # inside the back-off: dropped at once
+        assert a.send("b:1", JobDemand(2, 0)) is False   # inside the back-off: dropped at once
     finally:
         await a.close()
 
@@ -320,11 +320,11 @@ async def test_wrong_secret_is_refused_and_logged_while_a_good_peer_keeps_workin
     try:
         good.add_route("srv", server.address)
         bad.add_route("srv", server.address)
-        good.send("srv", JobDemand(1, 0, 0))
-        bad.send("srv", JobDemand(666, 0, 0))
+        good.send("srv", JobDemand(1, 0))
+        bad.send("srv", JobDemand(666, 0))
         await wait_until(lambda: server.refused_handshakes == 1, what="the refusal")
         await wait_until(lambda: len(s_in.got) == 1)
-        good.send("srv", JobDemand(2, 0, 0))
+        good.send("srv", JobDemand(2, 0))
         await wait_until(lambda: len(s_in.got) == 2)
         await asyncio.sleep(0.05)
         assert [m.job_id for _, m in s_in.got] == [1, 2]    # nothing from the impostor
@@ -381,12 +381,12 @@ async def test_data_frame_before_the_handshake_is_refused(caplog):
     server = await node(["srv"], on_message=s_in)
     try:
         raw = await Raw.connect(server.address)              # no hello at all
-        raw.send(["srv", *encode(JobDemand(1, 0, 0))])
+        raw.send(["srv", *encode(JobDemand(1, 0))])
         await raw.closed_by_peer()
         raw.close()
         raw = await Raw.connect(server.address)              # a hello, then data instead of a proof
         raw.hello()
-        raw.send(["srv", *encode(JobDemand(2, 0, 0))])
+        raw.send(["srv", *encode(JobDemand(2, 0))])
         await raw.closed_by_peer()
         raw.close()
         assert s_in.got == []
@@ -429,16 +429,16 @@ async def _bad_frame_closes_only_that_connection(payload_bytes, caplog, expect):
     good = await node(["good"])
     try:
         good.add_route("srv", server.address)
-        good.send("srv", JobDemand(1, 0, 0))
+        good.send("srv", JobDemand(1, 0))
         await wait_until(lambda: len(s_in.got) == 1)
         raw = await Raw.connect(server.address)
         await raw.handshake()
-        raw.send(["srv", *encode(JobDemand(50, 0, 0))])    # a good frame first: delivered
+        raw.send(["srv", *encode(JobDemand(50, 0))])    # a good frame first: delivered
         raw.send_raw(payload_bytes)
-        raw.send(["srv", *encode(JobDemand(51, 0, 0))])    # after the bad one: never delivered
+        raw.send(["srv", *encode(JobDemand(51, 0))])    # after the bad one: never delivered
         await raw.closed_by_peer()
         raw.close()
-        good.send("srv", JobDemand(2, 0, 0))
+        good.send("srv", JobDemand(2, 0))
         await wait_until(lambda: len(s_in.got) == 3)
         await asyncio.sleep(0.02)
         assert [m.job_id for _, m in s_in.got] == [1, 50, 2]
@@ -468,7 +468,7 @@ async def test_oversized_length_prefix_closes_only_that_connection(caplog):
 
 async def test_wire_error_closes_only_that_connection(caplog):
     # a registered code with a field of the wrong type: WireError names the message and field
-    await _bad_frame_closes_only_that_connection(frame(["srv", JobDemand.CODE, "x", 0, 0, -1.0]), caplog,
+    await _bad_frame_closes_only_that_connection(frame(["srv", JobDemand.CODE, "x", 0, -1.0]), caplog,
                                                  "JobDemand.job_id")
 
 
@@ -479,8 +479,8 @@ async def test_max_frame_is_configurable_and_enforced_on_send(caplog):
     b = await node(["b"], on_message=b_in, max_frame=64)
     try:
         a.add_route("b", b.address)
-        assert a.send("b:1", JobDemand(1, 0, 0))
-        assert a.send("b:" + "x" * 100, JobDemand(2, 0, 0)) is False
+        assert a.send("b:1", JobDemand(1, 0))
+        assert a.send("b:" + "x" * 100, JobDemand(2, 0)) is False
         await wait_until(lambda: len(b_in.got) == 1)
         assert "exceeds the maximum frame size" in caplog.text
     finally:
@@ -504,7 +504,7 @@ def test_throughput_one_way_100k(capsys):
         a = await node(["a"])
         b = await node(["b"], on_message=on)
         a.add_route("b", b.address)
-        a.send("b:0", JobDemand(0, 0, 0))
+        a.send("b:0", JobDemand(0, 0))
         await wait_until(lambda: got[0] == 1)
         got[0] = 0
         msg = JobDemand(12345, 678, 9)

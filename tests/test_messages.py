@@ -2,7 +2,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from apollo.messages import (REGISTRY, ClusterView, Dispatch, Heartbeat, SubmitJob, WireError, decode,
+from apollo.messages import (REGISTRY, ClusterView, DemoteTask, Dispatch, Heartbeat, SubmitJob, WireError, YieldJob, decode,
                              encode, pack, unpack)
 from apollo.spec import JobSpec, StageSpec
 
@@ -18,7 +18,8 @@ def job():
 def test_every_message_round_trips():
     j = job()
     msgs = [SubmitJob(-1, j, "client"), Dispatch(4, [task(), task(t=1, opp=True)]),
-            Heartbeat(1, 0.5, 2.0, np.arange(12, dtype=np.float32), 2, 3, 1.0),
+            Heartbeat(1, 0.5, 2.0, np.arange(12, dtype=np.float32), 2, 3, 1.0, [4, 9], [1.0, 0.5]),
+            YieldJob(3, 2.5), DemoteTask(3, 1, 2),
             ClusterView(1.0, np.zeros(24, np.float32), np.zeros(2), np.zeros(2), np.ones(2, np.uint8),
                         np.array([1], np.int32))]
     for m in msgs:
@@ -39,7 +40,7 @@ def test_codes_are_unique_and_registered():
     ([4, 1], "expected 3 fields, got 1"),
     ([4, 1, "many", 0], "TokenGrant.tokens: expected an integer"),
     ([4, -1, 2, 0], "TokenGrant.job_id: expected >= 0"),
-    ([8, 1, 0.0, 1.0, b"abc", 0, 0, 1.0], "Heartbeat.matrix: 3 bytes"),
+    ([8, 1, 0.0, 1.0, b"abc", 0, 0, 1.0, [], []], "Heartbeat.matrix: 3 bytes"),
 ])
 def test_decode_errors_name_the_field(raw, needle):
     with pytest.raises(WireError, match=needle.replace("(", r"\(").replace(")", r"\)")):
@@ -53,12 +54,14 @@ def test_undecodable_bytes():
 
 def test_nan_rejected_in_arrays_and_floats():
     with pytest.raises(WireError, match="nan is not allowed"):
-        decode([8, 1, float("nan"), 1.0, b"", 0, 0, 1.0])
+        decode([8, 1, float("nan"), 1.0, b"", 0, 0, 1.0, [], []])
     with pytest.raises(WireError, match="Heartbeat.time: inf is not allowed"):
-        decode([8, 1, 0.0, float("inf"), b"", 0, 0, 1.0])
+        decode([8, 1, 0.0, float("inf"), b"", 0, 0, 1.0, [], []])
     bad = np.array([np.inf], np.float32).tobytes()
     with pytest.raises(WireError, match="infinity"):
-        decode([8, 1, 0.0, 1.0, bad, 0, 0, 1.0])
+        decode([8, 1, 0.0, 1.0, bad, 0, 0, 1.0, [], []])
+    with pytest.raises(WireError, match=r"Heartbeat.job_cpus\[0\]"):
+        decode([8, 1, 0.0, 1.0, b"", 0, 0, 1.0, [3], [float("nan")]])
 
 
 def test_invalid_job_spec_in_submit_is_refused():

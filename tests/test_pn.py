@@ -4,7 +4,7 @@ import pytest
 
 from apollo.effects import Kill, Launch, Send, SetTimer, Start, TaskExited, Timer
 from apollo.lifecycle import TaskState
-from apollo.messages import Dispatch, Heartbeat, KillTask, StatusBatch
+from apollo.messages import Dispatch, Heartbeat, KillTask, StatusBatch, YieldJob
 from apollo.shapes import ShapeGrid
 from pn.state import NEVER_S, PnConfig, PnState
 
@@ -181,3 +181,47 @@ def test_tasks_still_queued_after_a_while_are_reported_queued():
     assert [(r.task, r.state) for r in sb.reports] == [(0, int(TaskState.DONE))]
     assert [e.task.key for e in out if isinstance(e, Launch)] == [(1, 1, 1)]
     assert q.handle(Timer("queued"), 1.0, Rng()) == []
+
+
+# ---- give-backs: a job that yields (docs/sharing.md) -----------------------------------------
+
+def test_a_yielding_jobs_queued_attempts_wait_as_opportunistic_and_its_running_room_is_free_at_the_deadline():
+    p = pn(cores=2.0, mem=8.0)
+    p.handle(Dispatch(1, [task(t=0, est=60), task(t=1, est=60), task(t=2, est=60)]), 0.0, Rng())
+    assert len(p.running) == 2 and len(p.queue) == 1
+    out = p.handle(YieldJob(1, 10.0), 5.0, Rng())
+    reps = [r for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch) for r in e.msg.reports]
+    assert [(r.task, r.detail) for r in reps] == [(2, "demoted")] and not p.queue and len(p.opp_queue) == 1
+    assert any(isinstance(e, SetTimer) and e.key == "yield" and abs(e.delay - 10.0) < 1e-9 for e in out)
+    assert abs(p.matrix(5.0)[0] - 10.0) < 1e-3       # a 1-core task would start at the deadline (not in 55 s)
+    p.validate()
+
+
+def test_at_the_deadline_waiting_regular_work_preempts_the_youngest_yielding_attempts_no_more():
+    p = pn(cores=2.0, mem=8.0)
+    p.handle(Dispatch(1, [task(t=0, est=60)]), 0.0, Rng())
+    p.handle(Dispatch(1, [task(t=1, est=60)]), 1.0, Rng())                 # the younger of job 1's two
+    p.handle(YieldJob(1, 10.0), 5.0, Rng())
+    out = p.handle(Dispatch(2, [task(job=2, t=0, est=5)]), 6.0, Rng())      # another job's task waits
+    assert not [e for e in out if isinstance(e, Kill)] and len(p.queue) == 1
+    out = p.handle(Timer("yield"), 15.0, Rng())
+    assert [e.task_key for e in out if isinstance(e, Kill)] == [(1, 1, 1)]   # the youngest, and only it
+    assert [e.task.key for e in out if isinstance(e, Launch)] == [(2, 0, 1)]
+    assert any(isinstance(e, Send) and isinstance(e.msg, Heartbeat) for e in out)   # the RM hears at once
+    reps = {(e.msg.job_id, r.task, r.detail) for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)
+            for r in e.msg.reports}
+    assert (1, 1, "preempted") in reps
+    p.validate()
+    # no longer yielding: its last attempt stays, even for more regular work
+    p.handle(YieldJob(1, -1.0), 16.0, Rng())
+    out = p.handle(Dispatch(3, [task(job=3, t=0, est=5)]), 17.0, Rng())
+    assert not [e for e in out if isinstance(e, Kill)] and (1, 0, 1) in p.running
+    p.validate()
+
+
+def test_a_heartbeat_says_what_each_jobs_regular_attempts_hold():
+    p = pn(cores=4.0)
+    p.handle(Dispatch(1, [task(t=0, cpu=1), task(t=1, cpu=2)]), 0.0, Rng())
+    p.handle(Dispatch(2, [task(job=2, t=0, cpu=1, opp=True)]), 0.0, Rng())
+    hb = next(e.msg for e in p.handle(Timer("hb"), 5.0, Rng()) if isinstance(e, Send) and isinstance(e.msg, Heartbeat))
+    assert dict(zip(hb.jobs, hb.job_cpus)) == {1: 3.0}          # an opportunistic attempt holds nothing

@@ -22,9 +22,11 @@ def sent(out, kind):
     return [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, kind)]
 
 
-def hb(s, t, w0=0.0, boot=0.0):
+def hb(s, t, w0=0.0, boot=0.0, held=None):
+    """Server ``s``'s heartbeat; ``held``: job -> CPUs its regular attempts run on there."""
     m = np.full(12, w0, np.float32)
-    return Heartbeat(s, boot, t, m, 0, 0, 4.0)
+    held = held or {}
+    return Heartbeat(s, boot, t, m, len(held), 0, 4.0 - sum(held.values()), list(held), list(held.values()))
 
 
 def one_task_job(name="j", tasks=4, cpu=1.0):
@@ -164,7 +166,7 @@ def test_admission_gives_free_capacity_up_to_demand_and_never_more_tokens_than_c
     r.validate()
     # Job a now needs only 1 and job b is done: its tokens are free again; a's spare ones are
     # trimmed for a newcomer.
-    r.handle(JobDemand(0, 1, 1), 1.5, Rng())
+    r.handle(JobDemand(0, 1), 1.5, Rng())
     r.handle(JobDone(1, True, "", 2.0, 10), 2.0, Rng())
     out = r.handle(SubmitJob(-1, one_task_job("d", tasks=8), "c"), 2.0, Rng())
     assert start_tokens(out) and sum(e.tokens for e in r.jobs.values()) <= 16
@@ -232,13 +234,17 @@ def test_fair_pools_preempt_after_the_min_share_timeout():
     dev = one_task_job("dev", tasks=100)
     dev.queue = "dev"
     r.handle(SubmitJob(-1, dev, "c"), 1.0, Rng())
-    r.handle(JobDemand(0, 100, 16), 1.2, Rng())         # dev runs on all 16 cores
+    r.handle(JobDemand(0, 100), 1.2, Rng())
+    for s in range(4):                                  # dev runs on all 16 cores
+        r.handle(hb(s, 1.2, held={0: 4.0}), 1.2, Rng())
     prod = one_task_job("prod", tasks=20)
     prod.queue = "prod"
     r.handle(SubmitJob(-1, prod, "c"), 2.0, Rng())
     t, reclaims = 2.0, []
     while t < 9.0 and not reclaims:
         t += 0.5
+        for s in range(4):
+            r.handle(hb(s, t, held={0: 4.0}), t, Rng())
         for e in r.handle(Timer("tick"), t, Rng()):
             if isinstance(e, Send) and isinstance(e.msg, ReclaimTokens):
                 reclaims.append((t, e.msg))
@@ -246,3 +252,43 @@ def test_fair_pools_preempt_after_the_min_share_timeout():
     (when, msg), = reclaims
     assert msg.job_id == 0 and msg.within_s == 0 and 6.9 <= when <= 7.6   # 5 s after prod's arrival
     assert msg.keep == 8                                 # kills 8: prod's min share, no more
+
+
+def test_what_a_job_holds_is_what_the_servers_say_it_runs_and_a_dead_server_holds_nothing():
+    r = rm()
+    r.handle(SubmitJob(-1, one_task_job("a", tasks=8), "c"), 0.2, Rng())
+    r.handle(hb(0, 1.0, held={0: 3.0}), 1.0, Rng())
+    r.handle(hb(1, 1.0, held={0: 2.5, 7: 1.0}), 1.0, Rng())       # job 7: not the RM's (ended): not counted
+    for s in (2, 3):
+        r.handle(hb(s, 1.0), 1.0, Rng())
+    assert r.held(0) == 5.5 and r.holding() == {"root": 5.5}
+    r.handle(hb(0, 2.0, held={0: 1.0}), 2.0, Rng())               # the newest heartbeat replaces the last
+    assert r.held(0) == 3.5
+    r.validate()
+    for s in (1, 2, 3):
+        r.handle(hb(s, 7.5, held={0: 2.5} if s == 1 else {}), 7.5, Rng())
+    r.handle(Timer("tick"), 7.5, Rng())                            # server 0 silent since 2.0: dead
+    assert not r.alive[0] and r.held(0) == 2.5
+    r.validate()
+
+
+def test_a_job_of_a_queue_below_its_guarantee_is_admitted_at_once_and_the_borrower_cut_in_that_round():
+    tree = QueueTree.parse({"sharing": "capacity", "queues": {"a": {"guarantee": "70%"},
+                                                             "b": {"guarantee": "25%", "reclaim_timeout_s": 10}}},
+                           source="q.toml")
+    r = rm(queues=tree)
+    for s in range(4):
+        r.handle(hb(s, 0.1), 0.1, Rng())
+    big = one_task_job("big", tasks=100)
+    big.queue = "a"
+    assert sent(r.handle(SubmitJob(-1, big, "c"), 1.0, Rng()), StartJob)[0].tokens == 16   # borrows all 16
+    for s in range(4):
+        r.handle(hb(s, 1.5, held={0: 4.0}), 1.5, Rng())
+    small = one_task_job("small", tasks=10)
+    small.queue = "b"
+    out = r.handle(SubmitJob(-1, small, "c"), 2.0, Rng())
+    (start,) = sent(out, StartJob)
+    assert start.job_id == 1 and start.tokens == 4 and sent(out, JobAccepted)[0].reason == ""   # not "waiting"
+    (cut,) = sent(out, ReclaimTokens)
+    assert cut.job_id == 0 and cut.tokens == 12 and cut.keep == 12 and cut.within_s == 10.0
+    r.validate()

@@ -9,7 +9,9 @@ from hypothesis import given, settings, strategies as hs
 
 from apollo.cluster import NODE, RACK, REMOTE, Topology
 from apollo.effects import Send, SetTimer, Timer
-from apollo.messages import Dispatch, KillTask, ReclaimTokens
+from apollo.lifecycle import TaskState
+from apollo.messages import (DemoteTask, Dispatch, KillTask, ReclaimTokens, StatusBatch, TaskReport, TokenGrant,
+                             UpgradeTask, YieldJob)
 from apollo.simulate import SimConfig, run_simulation
 from apollo.spec import JobSpec, StageSpec
 from apollo.workloads import load_workload
@@ -129,24 +131,56 @@ def running_jm(n=6):
     return j
 
 
-def test_a_reclaim_kills_the_most_recently_sent_attempts_down_to_the_kill_line():
+def report(j, t, state, detail="", now=1.0):
+    """The PN of task ``t``'s attempt reports it in ``state``."""
+    rep = TaskReport(1, t, int(j.attempt[t]), int(state), now, now, 0, detail)
+    return j.handle(StatusBatch(1, int(j.server[t]), [rep], np.zeros(12, np.float32), now), now, Rng())
+
+
+def test_a_reclaim_tells_every_server_of_the_job_to_yield_at_the_deadline_and_no_more_once_within():
     j = running_jm()
-    j.dispatch_t[:] = np.arange(6.0)                    # task 5 is the youngest
-    out = j.handle(ReclaimTokens(1, 2, 4, 0.0), 10.0, Rng())
-    killed = sorted(e.msg.task for e in sent(out, KillTask))
-    assert killed == [4, 5] and j.used_tokens == 4 and j.tokens == 2
+    servers = sorted(set(j.server.tolist()))
+    out = j.handle(ReclaimTokens(1, 2, 4, 10.0), 1.0, Rng())
+    assert not sent(out, KillTask)                      # the PNs kill, at the deadline, for waiting work
+    marks = sent(out, YieldJob)
+    assert sorted(int(e.to[3:]) for e in marks) == servers and all(e.msg.after_s == 10.0 for e in marks)
+    assert [e.delay for e in out if isinstance(e, SetTimer) and e.key == "reclaim"] == [10.0]
+    again = j.handle(Timer("reclaim"), 11.0, Rng())      # the deadline: every server told again
+    assert sorted(int(e.to[3:]) for e in sent(again, YieldJob)) == servers
+    assert all(e.msg.after_s == 0.0 for e in sent(again, YieldJob))
+    out = report(j, 5, TaskState.READY, "preempted", 11.5)      # a PN preempted one: 5 held, still above 4
+    assert not sent(out, YieldJob) and not sent(out, KillTask)
+    out = report(j, 4, TaskState.READY, "preempted", 11.6)      # back within the kill line: no longer
+    offs = sent(out, YieldJob)
+    assert sorted(int(e.to[3:]) for e in offs) == servers and all(e.msg.after_s < 0 for e in offs)
+    assert j.used_tokens == 4 and not sent(out, KillTask)
     j.validate()
 
 
-def test_a_reclaim_with_a_deadline_kills_then_and_a_call_off_kills_nothing():
+def test_a_give_back_no_longer_owed_is_called_off_at_the_servers():
     j = running_jm()
     out = j.handle(ReclaimTokens(1, 3, 3, 10.0), 1.0, Rng())
-    assert not sent(out, KillTask) and [e.delay for e in out if isinstance(e, SetTimer)] == [10.0]
-    j.handle(ReclaimTokens(1, 3, KEEP_ALL, 0.0), 5.0, Rng())      # the shortfall was met meanwhile
-    assert not sent(j.handle(Timer("reclaim"), 11.0, Rng()), KillTask)
-    j.handle(ReclaimTokens(1, 3, 3, 2.0), 12.0, Rng())
-    out = j.handle(Timer("reclaim"), 14.0, Rng())
-    assert len(sent(out, KillTask)) == 3
+    assert sent(out, YieldJob) and not sent(out, KillTask)
+    out = j.handle(ReclaimTokens(1, 3, KEEP_ALL, 0.0), 5.0, Rng())      # the shortfall was met meanwhile
+    offs = sent(out, YieldJob)
+    assert offs and all(e.msg.after_s < 0 for e in offs)
+    assert not sent(j.handle(Timer("reclaim"), 11.0, Rng()), YieldJob)
+    j.validate()
+
+
+def test_a_job_cut_below_its_attempts_demotes_its_queued_ones_and_upgrades_them_when_a_token_frees():
+    j = running_jm()
+    for t in (3, 4, 5):
+        report(j, t, TaskState.DISPATCHED, "queued", 1.5)         # three are queued at their PNs
+    j.dispatch_t[:] = np.arange(6.0)
+    out = j.handle(TokenGrant(1, 4, 0), 2.0, Rng())
+    assert sorted(e.msg.task for e in sent(out, DemoteTask)) == [4, 5]   # the most recent queued, as many as over
+    report(j, 5, TaskState.DISPATCHED, "demoted", 2.1)
+    report(j, 4, TaskState.DISPATCHED, "demoted", 2.1)
+    assert j.used_tokens == 4 and j.outstanding_opp == 2 and bool(j.opp[4]) and bool(j.opp[5])
+    j.validate()
+    out = report(j, 0, TaskState.DONE, "", 3.0)                  # a token frees: a demoted one takes it
+    assert [e.msg.task for e in sent(out, UpgradeTask)] in ([4], [5])
     j.validate()
 
 
