@@ -616,20 +616,26 @@ wire(ClusterView, 9, time=FLOAT, matrices=F32, stamps=F64, boot_times=F64, alive
 
 @dataclass(init=False)
 class JobDemand(Message):
-    """JM -> RM: the CPUs the job could use now (for token policies; what it holds the RM hears
-    from the PNs); a cloned job's ``clone_cpu``: what of its clone grant it may still use (its
-    unfinished tasks' clones; < 0: not cloned): the RM gives the rest back to the clone budget."""
+    """JM -> RM: the CPUs the job could use now (for token policies), and the CPUs its regular
+    attempts have out, queued or running (``in_use``: the most it can be running; what it does
+    run, the RM hears from the PNs); a cloned job's ``clone_cpu``: what of its clone grant it may
+    still use (its unfinished tasks' clones; < 0: not cloned): the RM gives the rest back to the
+    clone budget. ``seq``: the last token message it had when it said so."""
     job_id: int
     remaining: int
+    in_use: int
     clone_cpu: float
+    seq: int
 
-    def __init__(self, job_id: int, remaining: int, clone_cpu: float = -1.0) -> None:
+    def __init__(self, job_id: int, remaining: int, in_use: int = 0, clone_cpu: float = -1.0, seq: int = 0) -> None:
         self.job_id = job_id
         self.remaining = remaining
+        self.in_use = in_use
         self.clone_cpu = clone_cpu
+        self.seq = seq
 
 
-wire(JobDemand, 10, job_id=NAT, remaining=NAT, clone_cpu=FLOAT)
+wire(JobDemand, 10, job_id=NAT, remaining=NAT, in_use=NAT, clone_cpu=FLOAT, seq=NAT)
 
 
 @dataclass
@@ -728,7 +734,7 @@ wire(ReclaimTokens, 15, job_id=NAT, tokens=NAT, keep=NAT, within_s=FLOAT, seq=NA
 @dataclass
 class HostReport(Message):
     """JM host -> RM, every few seconds: the jobs it runs, with the token seq each last heard and
-    its demand (JobDemand, re-derived: a lost one costs nothing), and, for jobs whose finished
+    its demand and CPUs in use (JobDemand, re-derived: a lost one costs nothing), and, for jobs whose finished
     tasks changed since its last report, their done bitmaps (numpy.packbits), which the RM
     stores so that another host can adopt the job. Its silence is how the RM tells a dead
     host."""
@@ -736,11 +742,12 @@ class HostReport(Message):
     jobs: np.ndarray
     seqs: np.ndarray
     demand: np.ndarray
+    in_use: np.ndarray
     progress_jobs: np.ndarray
     progress: list
 
 
-wire(HostReport, 16, host=STR, jobs=I64, seqs=I64, demand=I64, progress_jobs=I64, progress=lst(BYTES))
+wire(HostReport, 16, host=STR, jobs=I64, seqs=I64, demand=I64, in_use=I64, progress_jobs=I64, progress=lst(BYTES))
 
 
 @dataclass

@@ -1,17 +1,22 @@
 """How fast a pool gets its fair share back, with and without preemption (HFS Fig. 11 style).
 
-The HFS paper's hierarchical-scheduling run: one pool's long job (tasks of about 25 s) holds
-the whole cluster; 57 s in, a second pool submits a long job and reaches its fair share,
-half the cluster, in 17 s by waiting for tasks to end. Here: 100 servers x 2 slots, two fair
-pools of equal weight, the hfs-delay profile; pool 1's job starts at 0 with tasks of ``--task-s``
-(lognormal jitter, so that they end spread out as in a job several waves old); pool 2's job
-arrives at 57 s. Measured: seconds from pool 2's arrival until it holds 95% of its fair share,
-without preemption (it waits for pool 1's tasks to end) and with HFS preemption (pool 2's
-fair-share timeout Tfair = ``--tfair``: below half its fair share that long, it kills pool 1's
-youngest tasks, no more than it needs).
+The HFS paper's hierarchical-scheduling run: one pool's long job holds the whole cluster; 57 s
+in, a second pool submits a long job and reaches its fair share, half the cluster, in 17 s by
+waiting for tasks to end. Here: two fair pools of equal weight; pool 1's job starts at 0 with
+tasks of ``task_s`` (lognormal jitter, so that they end spread out as in a job several waves
+old); pool 2's job arrives later. Measured, the same way simulated and live: seconds from pool
+2's arrival until it holds 95% of its fair share, without preemption (it waits for pool 1's
+tasks to end) and with HFS preemption (pool 2's fair-share timeout Tfair = ``--tfair``: below
+half its fair share that long, pool 1 yields to it at its servers, no more than it needs;
+docs/sharing.md); pool 1's tasks killed against the minimum (what pool 2 is short of its fair
+share when Tfair expires).
 
-JSON: {"task_s", "tfair_s", "to_fair_share_s": {"preemption", "no_preemption"},
-"tasks_killed": {...}, "series": {...}}.
+``--size paper`` (the default simulated): 100 servers x 2 cores, tasks of ~25 s, pool 2 at
+57 s. ``--size live`` (``--live``'s default): 16 servers x 2 cores, tasks of ~30 s, pool 2 at
+8 s, about a minute per run on a live local cluster (two runs). ``--live`` runs it on one.
+
+JSON: {"scheduler", "mode", "size", "task_s", "tfair_s", "to_fair_share_s": {"preemption",
+"no_preemption"}, "tasks_killed": {...}, "tasks_killed_minimum", "series": {...}}.
 """
 from __future__ import annotations
 
@@ -20,66 +25,71 @@ import sys
 
 import numpy as np
 
-from apollo.simulate import SimConfig
-from apollo.spec import JobSpec, StageSpec, Workload
-from rm.queues import QueueTree
+from apollo.spec import JobSpec, StageSpec
 
-from .common import axes, first_time, held, preempted, run, save_plot, write_json
+from .common import axes, save_plot, write_json
+from .sharing import Scenario, back_after, run_live, run_sim, short_at
 
-ARRIVE_S = 57.0
+SIZES = {
+    "paper": dict(servers=100, racks=5, cores=2.0, task_s=25.0, tasks=12000, arrive=57.0, horizon=90.0),
+    "live": dict(servers=16, racks=4, cores=2.0, task_s=30.0, tasks=200, arrive=8.0, horizon=40.0),
+}
 
 
-def workload(task_s: float, seed: int) -> Workload:
+def scenario(size: str, seed: int, tfair: float | None, task_s: float | None = None) -> Scenario:
+    z = SIZES[size]
+    t = task_s or z["task_s"]
     rng = np.random.default_rng(seed)
     jobs = []
-    for i, (pool, at) in enumerate((("pool1", 0.0), ("pool2", ARRIVE_S))):
-        n = 12000
-        dur = task_s * rng.lognormal(0.0, 0.35, size=n)
-        j = JobSpec(f"long-{pool}", [StageSpec("map", n, dur, cpu=1.0, mem_gb=1.0)], arrival_s=at)
+    for pool, at in (("pool1", 0.0), ("pool2", z["arrive"])):
+        n = z["tasks"]
+        j = JobSpec(f"long-{pool}", [StageSpec("map", n, t * rng.lognormal(0.0, 0.35, size=n), cpu=1.0, mem_gb=1.0)],
+                    arrival_s=at)
         j.queue = pool
         jobs.append(j)
-    return Workload("two-pools", jobs)
+    timeout = f"\nfair_share_timeout_s = {tfair:g}" if tfair is not None else ""
+    tree = f'sharing = "fair"\n[queues.pool1]\nweight = 1\n[queues.pool2]\nweight = 1{timeout}\n'
+    return Scenario(f"two-pools-{size}", tree, jobs, measured={1}, borrowers={0}, horizon_s=z["horizon"],
+                    servers=z["servers"], racks=z["racks"], cores=z["cores"])
 
 
-def one(preempt: bool, a) -> dict:
-    pool2 = {"weight": 1}
-    if preempt:
-        pool2["fair_share_timeout_s"] = a.tfair
-    tree = QueueTree.parse({"sharing": "fair", "queues": {"pool1": {"weight": 1}, "pool2": pool2}},
-                           source="fairshare bench")
-    cfg = SimConfig(servers=a.servers, racks=5, cores=a.cores, mem_gb=8.0, scheduler=a.scheduler, seed=a.seed,
-                    wire=False, queues=tree)
-    end = ARRIVE_S + a.horizon
-    # (run past the window: an attempt is recorded when it ends)
-    rec, _, _ = run(cfg, workload(a.task_s, a.seed), until=end + 4 * a.task_s)
-    times = np.arange(ARRIVE_S, end, 0.1)
-    got = held(rec, {1}, times)
-    fair = a.servers * a.cores / 2
-    return {"to_fair_share_s": first_time(times, got >= 0.95 * fair) - ARRIVE_S, "tasks_killed": preempted(rec, {0}),
-            "t": (times - ARRIVE_S)[::10].round(1).tolist(), "pool2_share": (got / (2 * fair))[::10].round(3).tolist()}
+def one(preempt: bool, a, size: str) -> dict:
+    scn = scenario(size, a.seed, a.tfair if preempt else None, a.task_s)
+    run = run_live(scn, a.scheduler) if a.live else run_sim(scn, a.scheduler, a.seed, live_cadence=size == "live")
+    fair = scn.capacity / 2
+    back, times, got = back_after(run, {1}, fair, scn.horizon_s, step=0.1)
+    killed, opp = run.kills(scn.borrowers)
+    return {"to_fair_share_s": back, "tasks_killed": killed, "opportunistic_preempted": opp,
+            "minimum": short_at(run, {1}, fair, a.tfair), "mode": run.mode,
+            "t": (times - run.arrive)[::10].round(1).tolist(), "pool2_share": (got / (2 * fair))[::10].round(3).tolist()}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="apollo bench fairshare", description=__doc__.split("\n\n")[0])
-    p.add_argument("--servers", type=int, default=100)
-    p.add_argument("--cores", type=float, default=2.0)
-    p.add_argument("--task-s", type=float, default=25.0)
+    p.add_argument("--scheduler", default="apollo", help="the profile (default: apollo)")
+    p.add_argument("--live", action="store_true", help="run it on a live local cluster (about a minute a run)")
+    p.add_argument("--size", choices=sorted(SIZES), help="paper (simulated default) or live (--live's default)")
+    p.add_argument("--task-s", type=float, help="pool 1's task length (default: the size's)")
     p.add_argument("--tfair", type=float, default=5.0, help="pool 2's fair-share timeout")
-    p.add_argument("--horizon", type=float, default=90.0, help="seconds simulated after pool 2 arrives")
-    p.add_argument("--scheduler", default="apollo")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json")
     p.add_argument("--plot", metavar="PNG")
     a = p.parse_args(argv)
-    with_, without = one(True, a), one(False, a)
-    out = {"task_s": a.task_s, "tfair_s": a.tfair,
+    size = a.size or ("live" if a.live else "paper")
+    with_, without = one(True, a, size), one(False, a, size)
+    task_s = a.task_s or SIZES[size]["task_s"]
+    out = {"scheduler": a.scheduler, "mode": with_["mode"], "size": size, "task_s": task_s, "tfair_s": a.tfair,
            "to_fair_share_s": {"preemption": with_["to_fair_share_s"], "no_preemption": without["to_fair_share_s"]},
            "tasks_killed": {"preemption": with_["tasks_killed"], "no_preemption": without["tasks_killed"]},
+           "tasks_killed_minimum": with_["minimum"],
+           "opportunistic_preempted": {"preemption": with_["opportunistic_preempted"],
+                                       "no_preemption": without["opportunistic_preempted"]},
            "paper": {"to_fair_share_s": 17.0, "task_s": 25.0},
            "series": {"t": with_["t"], "preemption": with_["pool2_share"], "no_preemption": without["pool2_share"]}}
-    print(f"pool 2 holds its fair share {out['to_fair_share_s']['preemption']:.1f} s after arriving with preemption "
-          f"(Tfair {a.tfair:g} s, {with_['tasks_killed']} tasks killed), "
-          f"{out['to_fair_share_s']['no_preemption']:.1f} s without; tasks of ~{a.task_s:g} s (paper: 17 s)")
+    print(f"{a.scheduler} ({out['mode']}, {size} size): pool 2 holds its fair share "
+          f"{out['to_fair_share_s']['preemption']:.1f} s after arriving with preemption (Tfair {a.tfair:g} s, "
+          f"{with_['tasks_killed']} tasks killed, minimum {with_['minimum']}), "
+          f"{out['to_fair_share_s']['no_preemption']:.1f} s without; tasks of ~{task_s:g} s (paper: 17 s)")
     write_json(out, a.json)
     if a.plot:
         fig, ax = axes()
@@ -89,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         ax.axhline(50, color="gray", linestyle=":", label="fair share")
         ax.set_xlabel("seconds since pool 2's job arrived")
         ax.set_ylabel("pool 2's share of the cluster (%)")
-        ax.set_title(f"A pool reaching its fair share (tasks ~{a.task_s:g} s)")
+        ax.set_title(f"A pool reaching its fair share ({a.scheduler}, {out['mode']}, tasks ~{task_s:g} s)")
         ax.legend()
         save_plot(fig, a.plot)
     return 0

@@ -135,14 +135,20 @@ class ExtraAttempts:
         st = self.stages[self.stage_of.item(t)]
         spec = st.spec
         i = t - st.offset
-        n = self._extra_n.get(t, 0) + 1
+        # (above the first attempt's number too, when that is a former extra one that took over)
+        cur = self.attempt.item(t)
+        n = max(self._extra_n.get(t, 0), cur & (EXTRA_BIT - 1) if cur & EXTRA_BIT else 0) + 1
         self._extra_n[t] = n
         attempt = (self.generation << 16) | EXTRA_BIT | (n & (EXTRA_BIT - 1))
         cfg = self.cfg
         in_bytes = float(st.in_bytes[i]) * read_scale
         est_rt = st.est_runtime + cfg.io.init_s + in_bytes / float(self._bw[where])
+        # (a duplicate runs as an opportunistic attempt: it holds no token, so it must not hold a
+        # core against regular work; it goes only where it starts about now, on a core that
+        # would idle, and if it wins it takes its first attempt's slot and is upgraded then)
+        low = hold == HOLD_OPP or (hold == HOLD_CLONE and self.clones_low) or kind == DUPLICATE
         ts = TaskSpec(self.job_id, t, attempt, st.index, spec.cpu, spec.mem_gb, float(spec.durations_s[i]),
-                      in_bytes, int(where), est_rt, hold == HOLD_OPP or (hold == HOLD_CLONE and self.clones_low),
+                      in_bytes, int(where), est_rt, low,
                       spec.command, spec.env, spec.cwd,
                       spec.timeout_s, spec.command is not None, kind)
         e = Extra(kind, ts, int(server), now, float(wait), hold, trigger)

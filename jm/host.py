@@ -128,23 +128,24 @@ class JmHost:
 
     def _host_report(self) -> list:
         """Every host_report_s: the jobs this host runs, each with the token seq its JM last
-        heard, its demand, and the done bitmaps of jobs that progressed."""
+        heard, its demand and CPUs in use, and the done bitmaps of jobs that progressed."""
         jms = self.jms
         n = len(jms)
         jobs = np.fromiter(jms.keys(), dtype=np.int64, count=n)
         seqs = np.empty(n, dtype=np.int64)
         demand = np.empty(n, dtype=np.int64)
+        in_use = np.empty(n, dtype=np.int64)
         pj: list[int] = []
         progress: list[bytes] = []
         sent = self._progress_sent
         for i, jm in enumerate(jms.values()):
             seqs[i] = jm.token_seq
-            demand[i] = jm.demand_report()
+            demand[i], in_use[i] = jm.demand_report()
             if jm.done != sent.get(jm.job_id, 0):
                 sent[jm.job_id] = jm.done
                 pj.append(jm.job_id)
                 progress.append(jm.done_bitmap())
-        return [Send(self.cfg.rm, HostReport(self.cfg.host, jobs, seqs, demand,
+        return [Send(self.cfg.rm, HostReport(self.cfg.host, jobs, seqs, demand, in_use,
                                              np.asarray(pj, dtype=np.int64), progress)),
                 SetTimer(self.cfg.host_report_s, "report")]
 

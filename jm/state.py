@@ -27,7 +27,7 @@ from apollo.shapes import GRID, ShapeGrid
 from apollo.spec import JobSpec
 
 from . import estimate as est
-from .attempts import ExtraAttempts
+from .attempts import EXTRA_BIT, ExtraAttempts
 from .matching import UNMATCHED
 from .policies import Profile, profile as find_profile
 from .policies.batch import Batch
@@ -289,7 +289,7 @@ class JmState(ExtraAttempts):
         self._fail_rate: np.ndarray | None = None
         self._fail_seen: dict[int, int] = {}
         self._retry_pending = False
-        self._last_report: int | None = None    # the demand as the RM last heard it
+        self._last_report: tuple | None = None  # (demand, CPUs in use) as the RM last heard them
         self._prioritise()
 
     # ---- setup ---------------------------------------------------------------
@@ -349,8 +349,8 @@ class JmState(ExtraAttempts):
     def done_bitmap(self) -> bytes:
         return np.packbits(self.state == DONE).tobytes()
 
-    def demand_report(self) -> int:
-        """The CPUs it could use: what HostReport carries."""
+    def demand_report(self) -> tuple[int, int]:
+        """(CPUs it could use, CPUs in use): what HostReport carries."""
         return self._report()
 
     def release(self, kill: bool, now: float) -> list:
@@ -615,14 +615,16 @@ class JmState(ExtraAttempts):
             self._last_report = report
             if clone_left >= 0:
                 self.clone_cpu = clone_left        # what the RM is told it may take back
-            out.append(Send(self.cfg.rm, JobDemand(self.job_id, report, clone_left)))
+            out.append(Send(self.cfg.rm, JobDemand(self.job_id, *report, clone_left, self.token_seq)))
         return out
 
-    def _report(self) -> int:
-        """What the RM's sharing plane hears of this job from its JM: the CPUs it could use.
-        (What it holds, the RM hears from the PNs: a PN reports a task that starts at once only
-        when it ends, so a JM cannot tell a running attempt from a queued one.)"""
-        return self._demand()
+    def _report(self) -> tuple[int, int]:
+        """What the RM's sharing plane hears of this job from its JM: (CPUs it could use, CPUs its
+        regular attempts have out, queued or running: the most it can be running; the RM keeps a
+        queue's max with it). What it does run, the RM hears from the PNs: a PN reports a task
+        that starts at once only when it ends, so a JM cannot tell a running attempt from a
+        queued one."""
+        return self._demand(), int(np.ceil(self.used_tokens / self._max_depth() - 1e-9))
 
     def _demand(self) -> int:
         """CPUs this job could use now: ready plus outstanding tasks."""
@@ -699,15 +701,20 @@ class JmState(ExtraAttempts):
                 # preempted, refused, unknown there, or killed by someone else (an earlier home
                 # of the job, whose kill was late): no fault of the task
                 self.start_t[t] = r.t_start + shift
+                moved = r.detail == "moved"
                 self._attempt_over(t, now, out, "requeue", r.detail, blame=False, t_end=r.t_end + shift,
-                                   outcome="lost" if r.detail == "unknown attempt" or rs == KILLED else "")
-                changed = True
+                                   outcome="lost" if r.detail == "unknown attempt" or rs == KILLED else
+                                   "moved" if moved else "")
+                # (a task its PN sent back at a give-back's deadline is placed again on the next
+                # view, which shows where room freed then: on the view held now it would go
+                # where it seemed best before, as like as not behind the same work)
+                changed = changed or not moved
             if self.finished:
                 return
         if self._clone_wait and changed:
             self._release_clones(now, rng, out, final=False)
         if changed and (self._marked or self._yield_at < INF):
-            self._sync_yield(now, out)
+            self._sync_yield(now, out)        # (before any new dispatch: the PNs hear it first)
         # (a pass only when it may place something: most reports end a task of a stage with
         # nothing left to place, and a pass for nothing was a timer event per task)
         if changed and not self._adopting and (self.outstanding_opp or self._has_ready()):
@@ -815,6 +822,12 @@ class JmState(ExtraAttempts):
                                     f"times; last: {detail}", now, out)
                 return
             self.state[t] = step(int(self.state[t]), "retry")
+        n = self._extra_n.get(t) if self._extra_n else None
+        if n is not None:
+            # the task had extra attempts: the next first attempt is numbered above all of them
+            # (ended ones' reports may still come), and later extras above it in turn
+            self._extra_n[t] = n + 1
+            self.attempt[t] = max(self.attempt.item(t), (self.generation << 16) | EXTRA_BIT | n)
         st.ready.appendleft(t)    # retries go first
 
     def _note_failure(self, server: int) -> None:
@@ -867,6 +880,10 @@ class JmState(ExtraAttempts):
             self.stages[self.stage_of[t]].ready.appendleft(t)
 
     def _schedule(self, now: float, rng, out: list) -> None:
+        if self._marked:
+            # a job back within its give-back's line says so before it sends anything new: a
+            # PN must not take its new attempts for yielding ones
+            self._sync_yield(now, out)
         cfg = self.cfg
         if (not self._has_ready() and not self.outstanding_opp) or self._adopting:
             return

@@ -18,6 +18,10 @@ from apollo.shapes import GRID, ShapeGrid
 IDLE_CHECK_S = 0.01     # has_idle re-scans the lightly loaded servers at most this often
 SMALL_BATCH = 8         # dispatches recorded one by one up to this many (record_dispatches)
 BOOT_JITTER_S = 0.01    # boot times from the RM closer than this to ours are the same boot
+# A reading taken less than this after this host's last send to its server may not show that
+# send yet (it was still on its way): the send stays in the ledger (a server a slot scheduler just
+# filled must not look free again, from a reading taken while the task was in flight).
+IN_FLIGHT_S = 0.005
 
 
 class ViewCache:
@@ -77,7 +81,7 @@ class ViewCache:
     def record_dispatch(self, server: int, wait_s: float, cpu: float, now: float) -> None:
         """record_dispatches for one task (a small job's start: plain numbers)."""
         self.version += 1
-        if self.sent_at.item(server) < self.stamps.item(server):     # a reading newer than our last send
+        if self.sent_at.item(server) + IN_FLIGHT_S < self.stamps.item(server):   # a reading that shows our sends
             self.sent_wait[server] = self.sent_cpu[server] = 0.0
         self.sent_wait[server] += wait_s
         self.sent_cpu[server] += cpu
@@ -91,14 +95,14 @@ class ViewCache:
             # ~10 us of overhead on a small job's start)
             sent_wait, sent_cpu, sent_at, stamps = self.sent_wait, self.sent_cpu, self.sent_at, self.stamps
             srv = servers.tolist()
-            for s in [s for s in srv if sent_at[s] < stamps[s]]:    # a reading newer than our last send
+            for s in [s for s in srv if sent_at[s] + IN_FLIGHT_S < stamps[s]]:   # a reading that shows our sends
                 sent_wait[s] = sent_cpu[s] = 0.0
             for s, w, c in zip(srv, wait_s.tolist(), cpu.tolist()):
                 sent_wait[s] += w
                 sent_cpu[s] += c
                 sent_at[s] = now
             return
-        fresh = self.sent_at[servers] < self.stamps[servers]   # a reading newer than our last send
+        fresh = self.sent_at[servers] + IN_FLIGHT_S < self.stamps[servers]   # a reading that shows our sends
         if fresh.any():
             self.sent_wait[servers[fresh]] = 0.0
             self.sent_cpu[servers[fresh]] = 0.0
@@ -125,7 +129,7 @@ class ViewCache:
         ``as_reported``: free when the reading was taken (else by ``now``, the waits counted down)."""
         if stamps is None:
             stamps = self.stamps[servers]
-        mine = stamps <= self.sent_at[servers]
+        mine = stamps <= self.sent_at[servers] + IN_FLIGHT_S
         # Waits of the cpu shapes at the smallest memory; a bigger shape never waits less, so
         # the shapes that fit now are a prefix and their count picks the free CPUs. (Whole rows
         # are gathered, then sliced: a gather of contiguous rows is a copy per row.)

@@ -49,6 +49,9 @@ READY: Final = TaskState.READY
 DONE: Final = TaskState.DONE
 NEVER_S = 1e9  # a wait that cannot happen (the shape exceeds the server); finite for the wire
 ABOUT_NOW_S = 1e-3   # the wait of a shape whose room should have freed by now but has not
+# At a give-back's deadline, a queued first attempt that still would not start within this long
+# goes back to its JM to be placed again (PnState._move_stuck).
+MOVE_AFTER_S = 0.5
 
 
 @dataclass(slots=True)
@@ -79,8 +82,12 @@ class PnConfig:
     queued_report_s: float = 1.0
     # Advertise running opportunistic tasks as occupying their server: a regular task sent
     # there would preempt one (wasting its work), so JMs should prefer a server that is free.
-    # The queue itself still preempts them for any regular task that arrives.
+    # The queue itself still preempts them for any regular task that arrives. Their room is
+    # advertised as free within opportunistic_room_s all the same: better than queueing behind
+    # regular work for longer (a queue owed its share would otherwise wait behind its own tasks
+    # while opportunistic work holds the room it is owed).
     advertise_opportunistic: bool = True
+    opportunistic_room_s: float = 0.5
     rm: str = "rm"
     # How much slower than modelled this server's attempts run (apollo.stragglers), and the I/O
     # model its synthetic tasks read their input at: together what their progress is.
@@ -143,7 +150,7 @@ class PnState:
     __slots__ = ("server", "cfg", "boot_time", "queue", "opp_queue", "running", "free_cpu", "free_mem",
                  "_matrix", "_matrix_time", "_waits", "_planned_at", "_avail", "_overdue_at", "_last_m", "_last_t", "_hb_due",
                  "_changed", "_quiet_due", "_revise_at", "_queued_due", "ended", "jm_at", "_dispatches", "_jm_default",
-                 "_idle_w", "_gcpu", "_gmem", "yielding", "_yield_due")
+                 "_idle_w", "_gcpu", "_gmem", "yielding", "_yield_due", "_early_upgrades")
 
     def __init__(self, server: int, config: PnConfig) -> None:
         self.server = server
@@ -182,6 +189,9 @@ class PnState:
         # attempts start to yield to waiting regular work. Empty but for the length of a give-back.
         self.yielding: dict[int, float] = {}
         self._yield_due = INF                   # when the armed "yield" timer fires
+        # Upgrades that came before their attempt's Dispatch (the JM sent both at once and the
+        # network reordered them): applied when it comes. A few: they come milliseconds apart.
+        self._early_upgrades: list[tuple] = []
 
     # ---- event entry -------------------------------------------------------
     def handle(self, event, now: float, rng) -> list:
@@ -244,6 +254,9 @@ class PnState:
                 continue
             if self.running and spec.key in self.running:
                 continue        # an attempt already running here, sent again: one run of it, not two
+            if spec.opportunistic and self._early_upgrades and spec.key in self._early_upgrades:
+                self._early_upgrades.remove(spec.key)
+                spec = _regular(spec)
             a = Attempt(spec, DISPATCHED, now)
             if self.yielding and not spec.opportunistic and not spec.kind and spec.job_id in self.yielding:
                 # (a Dispatch that overtook the JM's word that its job no longer yields)
@@ -446,6 +459,10 @@ class PnState:
                 self._run_queues(now, rng, out, reports)
                 self._emit_reports(now, out, reports)
                 return out
+        if not any(x.spec.key == key for x in self.queue) and self._end_of(key) is None:
+            self._early_upgrades.append(key)          # its Dispatch is still on its way
+            if len(self._early_upgrades) > 2 * DISPATCHES_KEPT:
+                del self._early_upgrades[:DISPATCHES_KEPT]
         return []
 
     # ---- give-backs (docs/sharing.md) --------------------------------------------
@@ -499,8 +516,10 @@ class PnState:
                 self._arm_yield(at, now, out)
         self._matrix = None
         self._run_queues(now, rng, out, reports)
+        if msg.after_s == 0.0:
+            self._move_stuck(now, reports)
         self._emit_reports(now, out, reports)
-        if msg.after_s == 0.0 or msg.after_s < 0:
+        if msg.after_s == 0.0:
             self._send_heartbeat(now, out)     # room that is free now: say so at once
         return out
 
@@ -520,9 +539,32 @@ class PnState:
         reports: dict[int, list] = {}
         self._matrix = None
         self._run_queues(now, rng, out, reports)
+        self._move_stuck(now, reports)
         self._emit_reports(now, out, reports)
         self._send_heartbeat(now, out)
         return out
+
+    def _move_stuck(self, now: float, reports: dict) -> None:
+        """After a give-back's deadline took effect here: first attempts still queued, which the
+        room that freed did not start (a task placed ahead of them took it, or it was not theirs
+        to take), go back to their JMs to be placed again, on room free elsewhere by now (a
+        JM placed them before it knew where that would be)."""
+        if not self.queue:
+            return
+        starts = self._plan(now)[1]
+        keep = []
+        for a, t in zip(self.queue, starts):
+            s = a.spec
+            if t > now + MOVE_AFTER_S and not s.kind:
+                a.state = step(a.state, "requeue")
+                rep = TaskReport(s.job_id, s.task, s.attempt, int(a.state), now, now, -1, "moved")
+                self._ended(s.key, rep)
+                reports.setdefault(s.job_id, []).append(rep)
+            else:
+                keep.append(a)
+        if len(keep) < len(self.queue):
+            self.queue = keep
+            self._matrix = None
 
     def _yields_now(self, a: Attempt, now: float) -> bool:
         """Whether running attempt ``a`` yields its room to waiting regular work now."""
@@ -735,6 +777,8 @@ class PnState:
             end = a.started_at + s.est_runtime_s
             if end <= now:
                 end = now + overrun * (now - a.started_at) + 1e-3
+            if s.opportunistic:
+                end = min(end, now + self.cfg.opportunistic_room_s)
             if yielding and not s.opportunistic and s.job_id in yielding:
                 # its room is regular work's from the job's deadline on (free now, once it passed)
                 at = yielding[s.job_id]

@@ -635,7 +635,6 @@ class FairSharing(SharingPolicy):
     def __init__(self, tree: QueueTree) -> None:
         super().__init__(tree)
         self._since: dict[tuple[str, str], float] = {}   # (leaf, "min"|"fair") -> starved since
-        self._armed: dict[tuple[str, str], float] = {}   # ... -> when its timeout last began
 
     def _starvation(self, now, lim, leaf_demand, holding, shares):
         asks, next_run, starving = [], None, {}
@@ -649,18 +648,17 @@ class FairSharing(SharingPolicy):
                 key = (q.path, kind)
                 if not (d > EPS and h < limit - EPS):
                     self._since.pop(key, None)
-                    self._armed.pop(key, None)
                     continue
                 since = self._since.setdefault(key, now)
                 longest = max(longest, float(now - since))
                 if timeout is None:
                     continue
-                armed = self._armed.setdefault(key, since)
-                if now - armed >= timeout - EPS:
+                # Past its timeout it is owed the full target every round until it has it (the RM
+                # asks no job again before what it killed has been heard of, and a job yields
+                # only to work that waits for the room: asked again, it kills no more than that)
+                if now - since >= timeout - EPS:
                     want = max(want, target - h)           # brought up to the full target
-                    self._armed[key] = now                 # re-armed: the kills need time to land
-                    armed = now
-                left = armed + timeout - now
+                left = since + timeout - now
                 if left > EPS:
                     next_run = left if next_run is None else min(next_run, left)
             starving[q.path] = longest
@@ -689,13 +687,15 @@ class CapacitySharing(SharingPolicy):
         self._user_since: dict[tuple[str, str], float] = {}     # (leaf, user) -> below its floor since
 
     def _starvation(self, now, lim, leaf_demand, holding, shares):
-        borrowed = [float(holding[i]) > lim[q.path].guarantee + EPS for i, q in enumerate(self._leaves)]
+        # A leaf's timeout runs from when it is short of its guarantee with work to do, whether
+        # or not the RM has heard yet who borrows it (what jobs hold, it hears from heartbeats, a
+        # little late); a give-back asks only leaves above their guarantee (_over), so one with
+        # nobody to take from kills nothing.
         asks, next_run, starving = [], None, {}
         for li, q in enumerate(self._leaves):
             d, h = float(leaf_demand[li]), float(holding[li])
             target = min(lim[q.path].guarantee, d)
-            lent = any(b for k, b in enumerate(borrowed) if k != li)
-            if not (d > EPS and h < target - EPS and lent):
+            if not (d > EPS and h < target - EPS):
                 self._since.pop(q.path, None)
                 starving[q.path] = 0.0
                 continue

@@ -80,6 +80,10 @@ class JobEntry:
     demand: float                    # CPUs it could use now (as its JM last said)
     queue: str                       # its leaf queue's path
     tokens: int = 0
+    in_use: float = 0.0              # CPUs its regular attempts have out, queued or running (its JM's word)
+    # The most CPUs it may be running, as far as the RM can tell: its tokens, or more after a cut
+    # until its JM, having heard the cut, says how many it has out (a queue's max counts this)
+    may_run: float = 0.0
     admitted: bool = False
     state: str = "running"           # running | done | failed | cancelled
     host: str = ""
@@ -162,6 +166,8 @@ class RmState:
         self._copies_due: list[tuple[str, JobDone]] = []
         self._seq = 0                    # token message seq; (RM boots << 32) + count
         self.clone_budget = CloneBudget(config.clones)
+        # whether some queue has a max below the cluster (admission at once then checks it)
+        self._has_max = any(q.max is not None for q in self.tree.nodes())
         self._now = 0.0                  # the time of the event being handled
 
     @property
@@ -201,7 +207,7 @@ class RmState:
             e = self.jobs.get(event.job_id)
             if e is not None and e.state == "running":
                 e.demand_at = now
-                self._note_demand(e, event.remaining)
+                self._note_demand(e, event.remaining, event.in_use, event.seq)
                 if 0.0 <= event.clone_cpu < e.clone_cpu:      # its finished tasks' clones are over
                     self.clone_budget.release(e.clone_cpu - event.clone_cpu)
                     e.clone_cpu = event.clone_cpu
@@ -440,7 +446,8 @@ class RmState:
         held = set()
         jobs = self.jobs
         late = 2 * self.cfg.host_report_s
-        for job_id, seq, demand in zip(r.jobs.tolist(), r.seqs.tolist(), r.demand.tolist()):
+        for job_id, seq, demand, in_use in zip(r.jobs.tolist(), r.seqs.tolist(), r.demand.tolist(),
+                                               r.in_use.tolist()):
             e = jobs.get(job_id)
             if e is None or e.state != "running":
                 out.append(Send(h, ReleaseJob(job_id, True)))      # finished, or cancelled: stop it
@@ -461,9 +468,11 @@ class RmState:
                 m = self._resend_tokens(e, now)
                 if m is not None:
                     out.append(m)
-            if demand != e.demand and now - e.demand_at > late:
-                # a JobDemand lost (it is sent only on a change): the report's figure stands in
-                self._note_demand(e, demand)
+            if (demand != e.demand or in_use != e.in_use) and now - e.demand_at > late:
+                # a JobDemand lost (it is sent only on a change): the report's figures stand in
+                self._note_demand(e, demand, in_use, seq)
+            elif seq >= e.seq:
+                e.may_run = max(e.tokens, e.in_use)
         for job_id, done in zip(r.progress_jobs.tolist(), r.progress):
             e = jobs.get(job_id)
             if e is not None and e.host == h and e.state == "running":
@@ -520,8 +529,11 @@ class RmState:
         if host:
             load[host] = load.get(host, 0) + 1
 
-    def _note_demand(self, e: JobEntry, demand: float) -> None:
+    def _note_demand(self, e: JobEntry, demand: float, in_use: float, seq: int) -> None:
         e.demand = float(demand)
+        e.in_use = float(in_use)
+        if seq >= e.seq:            # it had heard the last grant or cut: it runs no more than this
+            e.may_run = max(e.tokens, e.in_use)
         if e.admitted:
             if e.tokens > e.demand:
                 self._slack.add(e.job_id)
@@ -545,17 +557,65 @@ class RmState:
         if ok and free < e.demand:
             # what others were granted beyond their demand they cannot use: theirs goes first
             free += self._trim_slack(e.demand - free, out)
-        if ok and (e.demand <= 0 or free >= 1):
+        if ok and free >= 1 and self._has_max:
+            room = self._max_room(leaf, total)          # never past a max
+            if room < free:
+                free = int(math.floor(room + 1e-9))
+        # Its queue holds less than its guarantee and what is free is not all it could use: it is
+        # admitted now in a round of its own, which cuts the borrowers' tokens too (what they
+        # still hold is given back within the queue's timeout).
+        now_round = ok and e.demand > free and self._below_guarantee(leaf, total)
+        if ok and not now_round and (e.demand <= 0 or free >= 1):
             self._grant_cap = total
             return out + self._admit(e, int(min(e.demand, free)) if e.demand > 0 else 0, now)
         self._waiting_in[leaf] = self._waiting_in.get(leaf, 0) + 1
         self.positions[e.job_id] = (leaf, self._waiting_in[leaf])
-        if ok and e.demand > 0 and self._below_guarantee(leaf, total):
-            # Its queue holds less than its guarantee: admitted now, the borrowers' tokens cut in
-            # the same round (what they still hold is given back within the queue's timeout).
-            out += self._round(self._now)
+        if now_round:
+            out += self._round(now)
         elif ok:        # only tokens are short: a round soon re-divides them (limits wait for a job to end)
             out += self._soon_round()
+        return out
+
+    def _max_room(self, leaf: str, total: int) -> float:
+        """Tokens ``leaf`` may still be granted under its max and its ancestors' maxes."""
+        lim = self.tree.resolve(float(total))
+        caps = []
+        p: str | None = leaf
+        while p is not None:
+            if lim[p].max < total - 1e-9:
+                caps.append((p, p + ".", lim[p].max))
+            p = self.tree.parent(p)
+        room = math.inf
+        for path, under, cap in caps:
+            held = sum(e.may_run for e in self.jobs.values()
+                       if e.admitted and (e.queue == path or e.queue.startswith(under)))
+            room = min(room, cap - held)
+        return room
+
+    def _under_max(self, grants: dict[int, int], total: int) -> dict[int, int]:
+        """``grants`` (job -> tokens) with what would take a queue past its max held back: a job
+        cut may run what it had (JobEntry.may_run) until its attempts end, so tokens given to
+        another job of the same queue in the meantime could add up past the max. The jobs that
+        would grow give way, the most recently submitted first; they get it as the others'
+        attempts end (the next rounds)."""
+        lim = self.tree.resolve(float(total))
+        out = dict(grants)
+        for q in self.tree.nodes():
+            cap = lim[q.path].max
+            if cap >= total - 1e-9:
+                continue
+            under = q.path + "."
+            mine = [self.jobs[j] for j in out
+                    if self.jobs[j].queue == q.path or self.jobs[j].queue.startswith(under) or q is self.tree.root]
+            excess = sum(max(out[e.job_id], e.may_run) for e in mine) - cap
+            for e in sorted(mine, key=lambda e: (-e.submitted_at, -e.job_id)):
+                if excess <= 1e-9:
+                    break
+                grow = out[e.job_id] - e.may_run
+                if grow > 0:
+                    cut = min(grow, math.ceil(excess - 1e-9))
+                    out[e.job_id] -= int(cut)
+                    excess -= cut
         return out
 
     def _below_guarantee(self, leaf: str, total: int) -> bool:
@@ -589,6 +649,7 @@ class RmState:
     def _admit(self, e: JobEntry, tokens: int, now: float, offer: bool = True) -> list:
         e.admitted = True
         e.tokens = tokens
+        e.may_run = max(e.may_run, float(tokens))
         self._granted += tokens
         if e.tokens > e.demand:
             self._slack.add(e.job_id)
@@ -620,17 +681,19 @@ class RmState:
         snap = Snapshot(now, float(total), tuple(e.view(held.get(e.job_id, 0) / 1000.0) for e in self.jobs.values()))
         alloc = self.policy.allocate(snap)
         self._checked = (snap, alloc)         # for validate(): the policy's invariants, once per round
+        grants = self._under_max(alloc.tokens, total) if self._has_max else alloc.tokens
         for job_id in alloc.admit:
             e = self.jobs[job_id]
             self._waiting_in[e.queue] -= 1
-            out += self._admit(e, alloc.tokens[job_id], now)
+            out += self._admit(e, grants[job_id], now)
         admitted_now = set(alloc.admit)
-        for job_id, tokens in alloc.tokens.items():
+        for job_id, tokens in grants.items():
             e = self.jobs[job_id]
             if job_id in admitted_now or tokens == e.tokens:
                 continue
             self._granted += tokens - e.tokens
             e.tokens = tokens
+            e.may_run = max(e.may_run, float(tokens))
             if e.tokens > e.demand:
                 self._slack.add(job_id)
             else:
