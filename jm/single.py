@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from apollo.cluster import NODE, RACK, REMOTE
 
+from .view import IN_FLIGHT_S
+
 INF = float("inf")
 
 
@@ -79,7 +81,7 @@ def options_one(reps: list[int], in_bytes: float, runtime: float, shape: int, cp
         age = min(max(now - max(stamp, vtime), 0.0), ecfg.max_stale_s)
         w = drained + ecfg.stale_penalty * age
         # view.pending_wait: this host's sends after the reading, unless the server still has room
-        mine = stamp <= sent_at.item(c)
+        mine = stamp <= sent_at.item(c) + IN_FLIGHT_S
         sent = sent_wait.item(c) if mine else 0.0
         fits = 0
         for ci in range(ncpu):

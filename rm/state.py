@@ -619,7 +619,10 @@ class RmState:
         return out
 
     def _below_guarantee(self, leaf: str, total: int) -> bool:
-        """Whether the tokens of ``leaf``'s admitted jobs are below its guarantee."""
+        """Whether the tokens of ``leaf``'s admitted jobs are below its guarantee (a queue file's
+        leaf; the single queue of a cluster without one guarantees nothing)."""
+        if self.tree.is_single:
+            return False
         g = self.tree.resolve(float(total))[leaf].guarantee
         if g <= 0:
             return False
@@ -722,7 +725,7 @@ class RmState:
                 out.append(self._reclaim(e, KEEP_ALL, 0.0))
             elif e.reclaim and e.job_id not in owed:
                 e.reclaim = ()
-        self.positions = alloc.positions
+        self.positions = dict(alloc.positions)   # (a copy: admissions edit it; the policy's is checked)
         self.shares = alloc.shares
         if alloc.next_run_s is not None:
             at = now + alloc.next_run_s

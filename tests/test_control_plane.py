@@ -51,7 +51,7 @@ def test_token_messages_are_numbered_and_resent_to_a_host_that_missed_one():
     out = r.handle(SubmitJob(-1, job(8), "c", "k"), 1.0, Rng())
     (start,) = sends(out, StartJob)
     assert start.to == "jmhost:0" and start.msg.seq > 0
-    report = HostReport("jmhost:0", np.array([0]), np.array([start.msg.seq - 1]), np.array([8]),
+    report = HostReport("jmhost:0", np.array([0]), np.array([start.msg.seq - 1]), np.array([8]), np.array([0]),
                         np.zeros(0, dtype=np.int64), [])
     assert not [e for e in r.handle(report, 1.5, Rng()) if isinstance(e, Send)]   # it may be on its way still
     again = r.handle(report, 3.5, Rng())
@@ -63,7 +63,7 @@ def test_a_host_reporting_a_job_that_is_not_its_own_is_told_to_drop_it():
     r.handle(SubmitJob(-1, job(), "c", "k"), 1.0, Rng())
     home = r.jobs[0].host
     other = "jmhost:1" if home == "jmhost:0" else "jmhost:0"
-    out = r.handle(HostReport(other, np.array([0, 77]), np.array([1, 1]), np.array([1, 1]),
+    out = r.handle(HostReport(other, np.array([0, 77]), np.array([1, 1]), np.array([1, 1]), np.array([0, 0]),
                               np.zeros(0, dtype=np.int64), []), 2.0, Rng())
     drops = {(e.msg.job_id, e.msg.kill) for e in sends(out, ReleaseJob)}
     assert drops == {(0, False), (77, True)}     # 0 lives elsewhere; 77 is over
@@ -77,10 +77,10 @@ def test_a_silent_host_is_dead_and_its_jobs_move_with_their_progress():
     other = "jmhost:1" if home == "jmhost:0" else "jmhost:0"
     none = np.zeros(0, dtype=np.int64)
     done = np.packbits(np.array([1, 1, 0, 0, 0, 0, 0, 0], dtype=bool)).tobytes()
-    r.handle(HostReport(home, np.array([0]), np.array([r.jobs[0].seq]), np.array([6]),
+    r.handle(HostReport(home, np.array([0]), np.array([r.jobs[0].seq]), np.array([6]), np.array([6]),
                         np.array([0]), [done]), 1.0, Rng())
     for t in range(2, 8):
-        r.handle(HostReport(other, none, none, none, none, []), float(t), Rng())
+        r.handle(HostReport(other, none, none, none, none, none, []), float(t), Rng())
     from apollo.effects import Timer
     out = r.handle(Timer("tick"), 7.5, Rng())
     (start,) = sends(out, StartJob)
@@ -94,7 +94,7 @@ def test_a_job_its_host_no_longer_runs_is_offered_again_as_a_new_home():
     (first,) = sends(r.handle(SubmitJob(-1, job(8), "c", "k"), 1.0, Rng()), StartJob)
     assert first.msg.generation == 0
     none = np.zeros(0, dtype=np.int64)
-    out = r.handle(HostReport("jmhost:0", none, none, none, none, []), 4.0, Rng())
+    out = r.handle(HostReport("jmhost:0", none, none, none, none, none, []), 4.0, Rng())
     (again,) = sends(out, StartJob)
     assert again.to == "jmhost:0" and again.msg.generation == 1
     r.validate()

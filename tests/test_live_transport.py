@@ -116,19 +116,19 @@ async def exchange(n_msgs=10_000):
 
     def b_on(to, msg):
         b_in.append((to, msg))
-        b.send("a:1", JobDemand(msg.job_id, msg.remaining, 1.0))   # learned from A's hello
+        b.send("a:1", JobDemand(msg.job_id, msg.remaining, 1))   # learned from A's hello
 
     b = await node(["b"], on_message=b_on)
     try:
         a.add_route("b", b.address)
         for i in range(n_msgs):
-            assert a.send(f"b:{i % 3}", JobDemand(i, n_msgs - i, 0.0))
+            assert a.send(f"b:{i % 3}", JobDemand(i, n_msgs - i, 0))
         await wait_until(lambda: len(a_in.got) == n_msgs, what="all replies")
         assert [m.job_id for _, m in b_in] == list(range(n_msgs))
         assert [to for to, _ in b_in[:3]] == ["b:0", "b:1", "b:2"]
-        assert all(m.remaining == n_msgs - m.job_id and m.clone_cpu == 0 for _, m in b_in)
+        assert all(m.remaining == n_msgs - m.job_id and m.in_use == 0 for _, m in b_in)
         assert [m.job_id for _, m in a_in.got] == list(range(n_msgs))
-        assert all(to == "a:1" and m.clone_cpu == 1.0 for to, m in a_in.got)
+        assert all(to == "a:1" and m.in_use == 1 for to, m in a_in.got)
         # batched: many frames share a write, both ways
         assert a.frames_out == n_msgs and b.frames_out == n_msgs
         assert a.writes * 100 <= a.frames_out, (a.writes, a.frames_out)
@@ -468,7 +468,7 @@ async def test_oversized_length_prefix_closes_only_that_connection(caplog):
 
 async def test_wire_error_closes_only_that_connection(caplog):
     # a registered code with a field of the wrong type: WireError names the message and field
-    await _bad_frame_closes_only_that_connection(frame(["srv", JobDemand.CODE, "x", 0, -1.0]), caplog,
+    await _bad_frame_closes_only_that_connection(frame(["srv", JobDemand.CODE, "x", 0, 0, -1.0, 0]), caplog,
                                                  "JobDemand.job_id")
 
 
