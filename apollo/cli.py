@@ -237,8 +237,14 @@ def _jobs(args: argparse.Namespace) -> int:
         print(f"no jobs stored in {db} yet")
         return 0
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        waiting = {r[0] for r in con.execute("SELECT job_id FROM waiting")}
+    except sqlite3.OperationalError:
+        waiting = set()
     for row in con.execute("SELECT job_id, name, state, submitted_at, finished_at, reason FROM jobs ORDER BY job_id"):
         job_id, name, state, t0, t1, reason = row
+        if state == "running" and job_id in waiting:
+            state = "waiting"                 # not admitted yet: in its queue's line
         took = f"{t1 - t0:.2f} s" if t1 is not None else "-"
         print(f"{job_id:>6}  {state:<9} {took:>10}  {name}  {reason}")
     return 0
@@ -274,7 +280,8 @@ def _job(args: argparse.Namespace) -> int:
 
 def _queues(args: argparse.Namespace) -> int:
     """The queue tree of a live cluster: each queue's guarantee and max (in cores on this
-    cluster), its share at the RM's last round, running jobs, and waiting jobs in order."""
+    cluster), its share at the RM's last round, the CPUs its jobs hold (run on), running jobs,
+    and waiting jobs in order."""
     import sqlite3
 
     from apollo.livecluster import read_info
@@ -290,20 +297,25 @@ def _queues(args: argparse.Namespace) -> int:
     if db.exists():
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         try:
-            state = {r[0]: r[1:] for r in con.execute("SELECT path, share, running, waiting FROM queue_state")}
+            state = {r[0]: r[1:] for r in con.execute("SELECT path, share, running, waiting, held FROM queue_state")}
             for job_id, q, pos in con.execute("SELECT job_id, queue, position FROM waiting ORDER BY position"):
                 waiting.setdefault(q, []).append(job_id)
         except sqlite3.OperationalError:
             pass
         con.close()
     print(f"{tree.sharing} sharing over {cap:g} cores ({tree.source})")
-    print(f"{'queue':<24} {'guarantee':>9} {'max':>7} {'share now':>9} {'running':>7} {'waiting':>7}  next in line")
+    for q in reversed(tree.nodes()):         # a parent holds what its children hold
+        if q.children and q.path not in state:
+            kids = [state.get(c.path, (0.0, 0, 0, 0.0)) for c in q.children]
+            state[q.path] = tuple(sum(k[i] for k in kids) for i in range(4))
+    print(f"{'queue':<24} {'guarantee':>9} {'max':>7} {'share now':>9} {'held':>6} {'running':>7} {'waiting':>7}"
+          f"  next in line")
     for q in tree.nodes():
         depth = q.path.count(".") + (0 if q.path == "root" else 1)
-        share, running, nwait = state.get(q.path, (0.0, 0, 0))
+        share, running, nwait, held = state.get(q.path, (0.0, 0, 0, 0.0))
         line = ", ".join(f"job {j}" for j in waiting.get(q.path, [])[:5])
         print(f"{'  ' * depth + q.name:<24} {lim[q.path].guarantee:>9.1f} {lim[q.path].max:>7.1f} {share:>9.1f} "
-              f"{running:>7} {nwait:>7}  {line}")
+              f"{held or 0.0:>6.1f} {running:>7} {nwait:>7}  {line}")
     return 0
 
 

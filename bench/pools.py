@@ -40,13 +40,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--racks", type=int, default=20)
     p.add_argument("--load", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--schedulers", default="fifo,hfs-delay,apollo")
+    p.add_argument("--scheduler", default="apollo", help="the profile compared with fifo and hfs-delay")
+    p.add_argument("--schedulers", help="the profiles to run, comma-separated (default: fifo,hfs-delay,SCHEDULER)")
     p.add_argument("--json")
     a = p.parse_args(argv)
     tree = load_queue_file(a.queues)
     leaves = [q.path for q in tree.leaves()]
     rows = []
-    for name in a.schedulers.split(","):
+    names = (a.schedulers or ",".join(dict.fromkeys(["fifo", "hfs-delay", a.scheduler]))).split(",")
+    for name in names:
         wl = load_workload(a.trace, seed=a.seed, cluster_servers=a.servers).first(a.jobs)
         wl.scaled_to_load(a.load, a.servers * 4.0)
         pooled = name != "fifo"           # FIFO is the one queue the paper compares against

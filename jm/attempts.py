@@ -94,6 +94,7 @@ class ExtraAttempts:
     _copy_gaps: list[float]
     _dup_done: dict[int, int]
     _extra_n: dict[int, int]
+    _demoting: set
     _in_bytes: Any
     _opp_active: set[int]
     _sent: list
@@ -143,10 +144,11 @@ class ExtraAttempts:
         cfg = self.cfg
         in_bytes = float(st.in_bytes[i]) * read_scale
         est_rt = st.est_runtime + cfg.io.init_s + in_bytes / float(self._bw[where])
-        # (a duplicate runs as an opportunistic attempt: it holds no token, so it must not hold a
-        # core against regular work; it goes only where it starts about now, on a core that
-        # would idle, and if it wins it takes its first attempt's slot and is upgraded then)
-        low = hold == HOLD_OPP or (hold == HOLD_CLONE and self.clones_low) or kind == DUPLICATE
+        # (a duplicate runs as its first attempt does: it stands in for it, holding its slot, a
+        # token or the opportunistic allowance; an opportunistic one's must not take a core from
+        # regular work)
+        low = hold == HOLD_OPP or (hold == HOLD_CLONE and self.clones_low) or \
+            (kind == DUPLICATE and (self.opp.item(t) or t in self._demoting))
         ts = TaskSpec(self.job_id, t, attempt, st.index, spec.cpu, spec.mem_gb, float(spec.durations_s[i]),
                       in_bytes, int(where), est_rt, low,
                       spec.command, spec.env, spec.cwd,
@@ -200,14 +202,20 @@ class ExtraAttempts:
         return got
 
     # ---- Apollo's duplicate scheduling -------------------------------------------
-    def _consider_duplicate(self, t: int, now: float, rng, out: list, new_wait: float | None) -> None:
+    def _consider_duplicate(self, t: int, now: float, rng, out: list, new_wait: float | None,
+                            idle: bool = False) -> None:
         """Fresh news of ``t``'s first attempt, queued at its server (``new_wait``: the wait
         its PN now plans for it, None if the news is only the time gone by). Apollo's three
         triggers, each "significantly" (JmConfig.dup_factor x + dup_slack_s): (i) the updated
         expected wait against the one the decision used; (ii) it against the stage's average;
         (iii) the wait so far against that average. A trigger re-runs the placement; a server
-        that would start and read the task significantly sooner gets a duplicate."""
+        that would start and read the task significantly sooner gets a duplicate. ``idle``: the
+        news is a server idle now (the view's); the placement is re-run without a trigger, and
+        only a duplicate sent counts as this attempt's one re-run."""
         if t in self.extra or self._dup_done.get(t) == self.attempt.item(t):
+            return
+        if idle:
+            self._try_duplicate(t, now, rng, out, new_wait, "idle_server")
             return
         cfg = self.cfg
         st = self.stages[self.stage_of.item(t)]
@@ -226,6 +234,18 @@ class ExtraAttempts:
             return
         self._dup_done[t] = self.attempt.item(t)       # one placement re-run per first attempt
         out.append(Log("dup_trigger", (self.job_id, t, trigger)))
+        self._try_duplicate(t, now, rng, out, new_wait, trigger)
+
+    def _try_duplicate(self, t: int, now: float, rng, out: list, new_wait: float | None, trigger: str) -> None:
+        """Re-run ``t``'s placement; a server that would start and read it significantly sooner,
+        about now, gets a duplicate."""
+        cfg = self.cfg
+        st = self.stages[self.stage_of.item(t)]
+        avg = st.wait_sum / st.wait_n if st.wait_n else 0.0
+        elapsed = now - self.dispatch_t.item(t)
+        decided = self.exp_wait.item(t)
+        f, slack = cfg.dup_factor, cfg.dup_slack_s
+        upd = max(new_wait, elapsed) if new_wait is not None else max(decided, elapsed)
         s, wait, where = self._place_extra(t, now, rng, self._servers_of(t))
         if s == UNMATCHED:
             return
@@ -241,6 +261,7 @@ class ExtraAttempts:
             # queued it is a phantom in that server's queue, making every JM's view of the
             # server worse until it is killed
             return
+        self._dup_done[t] = self.attempt.item(t)
         self._send_extra(t, DUPLICATE, s, wait, where, now, out, HOLD_NONE, trigger)
         out.append(Log("duplicate", (self.job_id, t, trigger)))
 

@@ -504,10 +504,31 @@ class JmState(ExtraAttempts):
         for t in cand[np.argsort(-self.dispatch_t[cand], kind="stable")].tolist():
             if excess <= 1e-9:
                 break
-            if t in self._demoting:
-                continue
+            if t in self._demoting or (self.extra and t in self.extra):
+                continue          # (one with a duplicate out: that one may start any moment, as it is)
             self._demoting.add(t)
             excess -= cpu_of.item(self.stage_of.item(t))
+            out.append(Send(pn_address(self.server.item(t)), DemoteTask(self.job_id, t, self.attempt.item(t))))
+
+    def _swap_queued_for_running(self, out: list) -> None:
+        """A token is better spent on an attempt that runs than on one that waits: while an
+        opportunistic attempt of the job runs and a regular one waits in a queue (as its PN
+        said), the waiting one is demoted (DemoteTask), and the token it gives back upgrades
+        the running one (_upgrade). What the job holds then is what it runs."""
+        st = self.state
+        cpu_of, stage_of = self._cpu_of, self.stage_of
+        running = sum(cpu_of.item(stage_of.item(t)) for t in self._opp_active if st.item(t) == RUNNING) - \
+            sum(cpu_of.item(stage_of.item(t)) for t in self._demoting)       # (demotions already out)
+        if running <= 1e-9:
+            return
+        cand = np.flatnonzero(self.waiting & ~self.opp & (st == DISPATCHED))
+        for t in cand[np.argsort(-self.dispatch_t[cand], kind="stable")].tolist():
+            if running <= 1e-9:
+                break
+            if t in self._demoting or (self.extra and t in self.extra):
+                continue
+            self._demoting.add(t)
+            running -= cpu_of.item(stage_of.item(t))
             out.append(Send(pn_address(self.server.item(t)), DemoteTask(self.job_id, t, self.attempt.item(t))))
 
     def _sync_yield(self, now: float, out: list, resend: bool = False) -> None:
@@ -539,7 +560,13 @@ class JmState(ExtraAttempts):
         """Whether a new cluster view gives this JM anything to do (it has tasks waiting to be
         placed, a demand the RM has not heard, or queued tasks that may be overdue)."""
         return self._has_ready() or self._report() != self._last_report or now >= self._watch_at or \
-            (self.clone_cpu > 0 and self._clones_needed() < self.clone_cpu)
+            (self.clone_cpu > 0 and self._clones_needed() < self.clone_cpu) or self._idle_room_for_queued(now)
+
+    def _idle_room_for_queued(self, now: float) -> bool:
+        """Whether tasks of this job wait in queues (as their PNs said) while the view shows an
+        idle server: fresh information that may make one of them worth moving (a duplicate)."""
+        return self._prof.corrections and self.cfg.dup_factor > 0 and self.view.has_idle(now) and \
+            bool(self.waiting.any())
 
     def _deadlines(self, ids):
         """When a task reported queued has waited "significantly" long (Apollo's third duplicate
@@ -608,6 +635,12 @@ class JmState(ExtraAttempts):
                     return out
         if now >= self._watch_at:
             self._check_active(now, rng, out)
+        if self._idle_room_for_queued(now):
+            # the longest waiting first, no more of them than there are idle servers to go to
+            queued = np.flatnonzero(self.waiting & (self.state == DISPATCHED))
+            queued = queued[np.argsort(self.dispatch_t[queued], kind="stable")]
+            for t in queued[:len(self.view.idle_servers(now))].tolist():
+                self._consider_duplicate(t, now, rng, out, None, idle=True)
         self._schedule(now, rng, out)
         report = self._report()
         clone_left = self._clones_needed() if self.clone_cpu > 0 else -1.0
@@ -666,6 +699,12 @@ class JmState(ExtraAttempts):
                 if cur == DISPATCHED:
                     if r.detail == "demoted":
                         self._demoted(t, now, out)
+                        changed = True
+                        continue
+                    if r.detail == "queued" and not self._prof.matcher.leaves_queued():
+                        # a slot scheduler's task found its slot gone: placed again, now
+                        out.append(Send(pn_address(server), KillTask(self.job_id, t, r.attempt)))
+                        self._attempt_over(t, now, out, "requeue", "moved", blame=False, outcome="moved")
                         changed = True
                         continue
                     self.waiting[t] = True
@@ -852,6 +891,7 @@ class JmState(ExtraAttempts):
         for t in act:
             out.append(Send(f"pn:{int(self.server[t])}", KillTask(self.job_id, t, int(self.attempt[t]))))
             self.state[t] = step(int(self.state[t]), "kill")
+            self._log_attempt(t, "killed", now, out)   # (what a cancelled job ran shows in the records)
         for s in sorted(self._marked):
             out.append(Send(pn_address(s), YieldJob(self.job_id, -1.0)))
         self._marked = set()
@@ -892,6 +932,8 @@ class JmState(ExtraAttempts):
         allow_opp = cfg.opportunistic and gate.opportunistic
         placed_total = 0
         blocked = False
+        if self._opp_active and self.waiting.any():
+            self._swap_queued_for_running(out)
         if self.outstanding_opp > 0 and self.tokens - self.used_tokens >= 1:
             self._upgrade(now, out)
         depth = max((self._depth(st) for st in self.stages if st.ready), default=1)
@@ -993,16 +1035,23 @@ class JmState(ExtraAttempts):
         return lost.argsort(kind="stable")
 
     def _upgrade(self, now: float, out: list) -> None:
-        """Freed tokens go first to this job's opportunistic attempts: they stop being
-        preemptible, which wastes less than dispatching new tasks and losing old ones. Running
-        ones first (upgrading one still queued could make its PN preempt one already running,
-        the PN having picked another of the queue), then oldest first."""
+        """Freed tokens go first to this job's opportunistic attempts. A running one is upgraded
+        (it stops being preemptible: that wastes less than dispatching a new task and losing an
+        old one), the oldest first. One still queued is taken back and placed again as a regular
+        task, on where it would start soonest (upgraded where it is, it would wait behind that
+        server's regular work, however long, while another server may be free)."""
         dt = self.dispatch_t
         st = self.state
+        taken = 0.0            # tokens the tasks taken back will use (the pass that follows places them)
         for t in sorted(self._opp_active, key=lambda t: (st[t] != RUNNING, dt[t], t)):
             cpu = self.stages[self.stage_of[t]].spec.cpu
-            if self.tokens - self.used_tokens < cpu:
+            if self.tokens - self.used_tokens - taken - cpu < -1e-9:
                 break
+            if st[t] != RUNNING:
+                out.append(Send(pn_address(self.server.item(t)), KillTask(self.job_id, t, self.attempt.item(t))))
+                self._attempt_over(t, now, out, "requeue", "withdrawn", blame=False, outcome="withdrawn")
+                taken += cpu
+                continue
             self.opp[t] = False
             self._opp_active.discard(t)
             self.outstanding_opp -= cpu

@@ -83,11 +83,12 @@ class PnConfig:
     # Advertise running opportunistic tasks as occupying their server: a regular task sent
     # there would preempt one (wasting its work), so JMs should prefer a server that is free.
     # The queue itself still preempts them for any regular task that arrives. Their room is
-    # advertised as free within opportunistic_room_s all the same: better than queueing behind
-    # regular work for longer (a queue owed its share would otherwise wait behind its own tasks
-    # while opportunistic work holds the room it is owed).
+    # advertised as free within opportunistic_room_s all the same: a server that is really free
+    # reads better, but one holding only opportunistic work reads better than a queue behind
+    # regular work (a queue owed its share would otherwise wait behind a long regular task while
+    # opportunistic work holds a core it could take at once).
     advertise_opportunistic: bool = True
-    opportunistic_room_s: float = 0.5
+    opportunistic_room_s: float = 0.1
     rm: str = "rm"
     # How much slower than modelled this server's attempts run (apollo.stragglers), and the I/O
     # model its synthetic tasks read their input at: together what their progress is.

@@ -74,7 +74,7 @@ class RecordMetrics:
         # every series from the start (at 0): a rate() over a series that appears late misses its first step
         for loc in ("node", "rack", "remote", "none"):
             self.started.labels(loc)
-        for outcome in ("done", "failed", "preempted", "superseded", "lost", "killed"):   # jm/state.py's
+        for outcome in ("done", "failed", "preempted", "superseded", "lost", "killed", "moved", "withdrawn"):   # jm/state.py's
             self.attempts.labels(outcome)
         for result in ("ok", "failed"):
             self.finished.labels(result)

@@ -753,14 +753,16 @@ class RmState:
     def _publish(self, now: float) -> list:
         """Persist the queues' state and the waiting jobs' places when they changed (a live
         cluster's `apollo queues` and `apollo job` read them from the store)."""
+        held = self.holding()
         state = (tuple(sorted((k, round(v, 3)) for k, v in self.shares.items())),
-                 tuple(sorted((k, self._admitted_in.get(k, 0), self._waiting_in.get(k, 0)) for k in self.shares)),
+                 tuple(sorted((k, self._admitted_in.get(k, 0), self._waiting_in.get(k, 0), round(held.get(k, 0.0), 1))
+                              for k in self.shares)),
                  tuple(sorted(self.positions.items())))
         if state == self._published:
             return []
         self._published = state
         return [Persist("queues", (now, dict(self.shares), dict(self._admitted_in), dict(self._waiting_in),
-                                   dict(self.positions)))]
+                                   dict(self.positions), held))]
 
     # ---- the end of a job ----------------------------------------------------
     def _forget(self, e: JobEntry) -> None:

@@ -68,8 +68,10 @@ class JobStore:
     def boot(self, boots: int) -> None: ...
     def boots(self) -> int: ...
     def finished(self) -> Iterator[tuple[int, str, str, str, float]]: ...
-    def queues(self, at: float, shares: dict, running: dict, waiting: dict, positions: dict) -> None:
-        """The queues' state at the RM's last allocation round (not needed for recovery)."""
+    def queues(self, at: float, shares: dict, running: dict, waiting: dict, positions: dict,
+               held: dict | None = None) -> None:
+        """The queues' state at the RM's last allocation round (not needed for recovery): each
+        queue's share, running and waiting jobs and held CPUs, and the waiting jobs' places."""
 
     def unfinished(self) -> Iterator[StoredJob]: ...
     def all(self) -> list[tuple[int, str, str, float, float | None, str]]: ...
@@ -143,6 +145,8 @@ class SqliteJobStore(JobStore):
             path TEXT PRIMARY KEY, share REAL, running INTEGER, waiting INTEGER, at REAL)""")
         self.db.execute("""CREATE TABLE IF NOT EXISTS waiting (
             job_id INTEGER PRIMARY KEY, queue TEXT, position INTEGER)""")
+        if "held" not in {r[1] for r in self.db.execute("PRAGMA table_info(queue_state)")}:
+            self.db.execute("ALTER TABLE queue_state ADD COLUMN held REAL DEFAULT 0")
 
     def put(self, job_id, spec, submitted_at, reply_to, key="", host=""):
         blob = msgpack.packb(JOB[0](spec), use_bin_type=True)
@@ -172,12 +176,14 @@ class SqliteJobStore(JobStore):
         self.db.execute("UPDATE jobs SET state=?, finished_at=?, reason=? WHERE job_id=?",
                         (state, at, reason, job_id))
 
-    def queues(self, at, shares, running, waiting, positions):
+    def queues(self, at, shares, running, waiting, positions, held=None):
+        held = held or {}
         with self.db:
             self.db.execute("BEGIN")
             self.db.execute("DELETE FROM queue_state")
-            self.db.executemany("INSERT INTO queue_state VALUES (?,?,?,?,?)",
-                                [(q, s, running.get(q, 0), waiting.get(q, 0), at) for q, s in shares.items()])
+            self.db.executemany("INSERT INTO queue_state (path, share, running, waiting, at, held) VALUES (?,?,?,?,?,?)",
+                                [(q, s, running.get(q, 0), waiting.get(q, 0), at, held.get(q, 0.0))
+                                 for q, s in shares.items()])
             self.db.execute("DELETE FROM waiting")
             self.db.executemany("INSERT INTO waiting VALUES (?,?,?)",
                                 [(j, q, p) for j, (q, p) in positions.items()])

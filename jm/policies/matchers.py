@@ -39,6 +39,12 @@ class Matcher:
     one_per_slot = False     # at most one task per server slot per batch (larger batches are wasted)
     bounded = False          # batch_bound() may say how many tasks a batch could place at most
 
+    def leaves_queued(self) -> bool:
+        """Whether a task this matcher placed may wait in its server's queue (Apollo's do: the
+        estimates weigh the wait). A slot scheduler's never do: one its server reports queued
+        (the slot it was sent to was gone by then) is taken back and placed again."""
+        return True
+
     def batch_bound(self, view, cpu: float) -> int | None:
         """At most how many tasks of ``cpu`` CPUs a batch could place now (a cheap bound taken
         before the batch is built); None: no bound."""
@@ -124,6 +130,9 @@ class SlotMatcher(Matcher):
     it; no estimates."""
     needs_costs = False
     bounded = True
+
+    def leaves_queued(self) -> bool:
+        return False
 
     def batch_bound(self, view, cpu: float) -> int | None:
         return view.free_slots_reported(cpu)

@@ -20,7 +20,9 @@ def random_idle(view, cpu: np.ndarray, now: float, rng) -> np.ndarray:
     light = view.lightly_loaded
     if len(light) == 0 or len(cpu) == 0:
         return np.zeros(0, dtype=np.int64)
-    free = view.free_cpu(light, now).astype(np.float64)
+    # (as the servers reported it, less this host's sends: room that a reading says frees soon,
+    # opportunistic work's, is not idle, and opportunistic tasks sent there would only queue)
+    free = view.free_cpu_reported(light).astype(np.float64)
     free[~view.alive[light].astype(bool)] = 0.0
     got = []
     for c in cpu.tolist():
