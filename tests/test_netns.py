@@ -95,11 +95,14 @@ def test_pns_on_other_hosts_join_survive_a_partition_and_rejoin(tmp_path):
                 time.sleep(0.2)
             rep = apollo(a, "replay", "--cluster", folder, TRACE, "--jobs", 150, "--speedup", 100,
                          "--json", tmp_path / "replay.json")
-            time.sleep(8.0)
-            net.cut(2, down=True)                 # the second PN host, cut off for 30 s
+            deadline = time.monotonic() + 60
+            while len(api(a, folder, "/api/jobs")["jobs"]) < 20:     # the replay well under way
+                assert time.monotonic() < deadline, "the replay never got going"
+                time.sleep(0.2)
+            net.cut(2, down=True)                 # the second PN host, cut off for 15 s (dead after 3)
             t_cut = time.monotonic()
             dead = 0
-            while time.monotonic() - t_cut < 30.0:
+            while time.monotonic() - t_cut < 15.0:
                 dead = max(dead, 8 - api(a, folder, "/api/cluster")["servers_alive"])
                 time.sleep(1.0)
             net.cut(2, down=False)

@@ -148,27 +148,28 @@ def _job(name, queue, user, n, dur):
     return JobSpec(name, [StageSpec("work", n, np.full(n, float(dur)))], user=user, queue=queue)
 
 
-def test_capacity_70_30_under_apollo_gives_the_short_job_its_guarantee_within_the_timeout(tmp_path):
-    """alice's 64 x 60 s tasks in queue a borrow b's 30%; 5 s later bob's 16 x 5 s tasks come to
-    queue b (9.6 cores guaranteed, 10 s reclaim timeout): two waves on b's guarantee after the
-    timeout, about 20 s (it took 60-66 s before, waiting for alice's tasks to end)."""
-    took, done, rec, a, b, most = _scenario(
-        tmp_path, EXAMPLES / "capacity-70-30.toml", _job("alice-batch", "a", "alice", 64, 60),
-        _job("bob-query", "b", "bob", 16, 5))
+def test_a_short_job_gets_its_queues_share_under_apollo_within_the_timeouts(tmp_path):
+    """The two scenarios, on two clusters at once (16 PNs x 2 cores each, apollo):
+    - capacity 70/30: alice's 64 x 60 s tasks in queue a borrow b's 30%; 5 s later bob's 16 x 5 s
+      tasks come to queue b (9.6 cores guaranteed, 10 s reclaim timeout): two waves on b's
+      guarantee after the timeout, about 20 s (it took 60-66 s before, waiting for alice's tasks);
+    - three pools: a large-pool job of 64 x 60 s holds the cluster; 5 s later a small-pool job of
+      16 x 5 s arrives: its min share (20%) after Tmin (5 s), its fair share after Tfair (15 s) at
+      the latest, about 20 s in all (60-63 s before)."""
+    from concurrent.futures import ThreadPoolExecutor
+    (tmp_path / "cap").mkdir()
+    (tmp_path / "pools").mkdir()
+    with ThreadPoolExecutor(2) as pool:
+        cap = pool.submit(_scenario, tmp_path / "cap", EXAMPLES / "capacity-70-30.toml",
+                          _job("alice-batch", "a", "alice", 64, 60), _job("bob-query", "b", "bob", 16, 5))
+        pools = pool.submit(_scenario, tmp_path / "pools", EXAMPLES / "three-pools.toml",
+                            _job("etl", "large", "ops", 64, 60), _job("report", "small", "ann", 16, 5))
+        (took, done, rec, a, b, most), (took2, done2, _, _, _, most2) = cap.result(), pools.result()
     assert done.ok, done.reason
     assert took < 10 + 2 * 5 + 6, took
     killed = [r for r in rec.attempts if r[A_JOB] == a and r[A_OUTCOME] == "preempted" and not r[A_OPP]]
     assert len(killed) <= 10, len(killed)          # b's 10 tokens, no more (less as alice's tasks end)
     assert most <= 32.0 + 1e-6, most               # held never past the cluster
-
-
-def test_three_pools_under_apollo_gives_the_small_job_its_share_within_its_timeouts(tmp_path):
-    """A large-pool job of 64 x 60 s holds the cluster; 5 s later a small-pool job of 16 x 5 s
-    arrives: its min share (20%) after Tmin (5 s), its fair share after Tfair (15 s) at the
-    latest, about 20 s in all (60-63 s before)."""
-    took, done, rec, a, b, most = _scenario(
-        tmp_path, EXAMPLES / "three-pools.toml", _job("etl", "large", "ops", 64, 60),
-        _job("report", "small", "ann", 16, 5))
-    assert done.ok, done.reason
-    assert took < 15 + 2 * 5 + 6, took
-    assert most <= 32.0 + 1e-6, most
+    assert done2.ok, done2.reason
+    assert took2 < 15 + 2 * 5 + 6, took2
+    assert most2 <= 32.0 + 1e-6, most2

@@ -168,7 +168,7 @@ def test_a_give_back_no_longer_owed_is_called_off_at_the_servers():
     j.validate()
 
 
-def test_a_job_cut_below_its_attempts_demotes_its_queued_ones_and_upgrades_them_when_a_token_frees():
+def test_a_job_cut_below_its_attempts_demotes_its_queued_ones_and_places_them_again_when_a_token_frees():
     j = running_jm()
     for t in (3, 4, 5):
         report(j, t, TaskState.DISPATCHED, "queued", 1.5)         # three are queued at their PNs
@@ -179,8 +179,13 @@ def test_a_job_cut_below_its_attempts_demotes_its_queued_ones_and_upgrades_them_
     report(j, 4, TaskState.DISPATCHED, "demoted", 2.1)
     assert j.used_tokens == 4 and j.outstanding_opp == 2 and bool(j.opp[4]) and bool(j.opp[5])
     j.validate()
-    out = report(j, 0, TaskState.DONE, "", 3.0)                  # a token frees: a demoted one takes it
-    assert [e.msg.task for e in sent(out, UpgradeTask)] in ([4], [5])
+    # a token frees: a demoted one, still queued, is taken back and placed again as a regular one
+    # (upgraded where it waits, it would stay behind that server's regular work)
+    out = report(j, 0, TaskState.DONE, "", 3.0)
+    assert not sent(out, UpgradeTask)
+    (kill,) = sent(out, KillTask)
+    assert kill.msg.task in (4, 5) and [t.task for e in sent(out, Dispatch) for t in e.msg.tasks] == [kill.msg.task]
+    assert j.used_tokens == 4 and j.outstanding_opp == 1
     j.validate()
 
 
