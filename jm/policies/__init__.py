@@ -7,8 +7,9 @@ Apollo's corrections (move a task stuck in a queue) and polling (look again ever
 JmConfig.retry_s while tasks wait, as Hadoop's heartbeat-driven assignment does).
 ``tokens`` names the RM's default sharing of tokens for the profile.
 
-Adding a policy: write its class in a new module here, then add or change a profile line
-below. JmState never looks at a profile's name.
+The three seams are base classes in jm.policies.base (Filter, Matcher, Gate), with defaults
+for every member. Adding a policy: subclass one in a new module here, then add or change a
+profile line below (docs/policies.md has the recipe). JmState never looks at a profile's name.
 """
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
+from .base import Filter, Gate, Matcher
 from .deferral import Deferral
 from .delay import DelayScheduling
-from .gate import APOLLO, LOOKAHEAD, TOKENS, DispatchGate
-from .matchers import FreeSlot, GreedyMatching, Matcher, RandomPlacement, StableMatching
+from .gate import APOLLO, LOOKAHEAD, TOKENS
+from .matchers import FreeSlot, GreedyMatching, RandomPlacement, StableMatching
 from .offers import SlotOffers
 
 
@@ -27,8 +29,8 @@ from .offers import SlotOffers
 class Profile:
     name: str
     matcher: Matcher
-    filters: tuple = ()
-    gate: DispatchGate = TOKENS
+    filters: tuple[Filter, ...] = ()
+    gate: Gate = TOKENS
     corrections: bool = False        # Apollo's: withdraw a task still queued long past its expected wait
     polls: bool = False              # look again while tasks are ready (not only on news) ...
     poll_s: float = 0.0              # ... this often (0: JmConfig.retry_s)
@@ -49,7 +51,7 @@ class Profile:
     def _nones(self) -> tuple:
         return (None,) * len(self.filters)
 
-    def with_filter(self, f) -> "Profile":
+    def with_filter(self, f: Filter) -> "Profile":
         """This profile with candidate filter ``f`` (e.g. delay scheduling on any profile), in place
         of a filter of the same kind it already has."""
         return dataclasses.replace(self, filters=tuple(g for g in self.filters if type(g) is not type(f)) + (f,))

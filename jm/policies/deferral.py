@@ -16,15 +16,15 @@ can change (so the job does not poll for it).
 """
 from __future__ import annotations
 
+from .base import Filter
 from .batch import Batch, Cut
 
 
-class Deferral:
+class Deferral(Filter):
     name = "deferral"
-    needs_costs = True
 
-    def new_state(self):
-        return None
+    def uses_estimates(self) -> bool:
+        return True              # its cut is on the expected completion E
 
     def rematches_on_news(self, cfg) -> bool:
         """Whether a task this filter holds back is looked at again on the next status or view
@@ -48,9 +48,3 @@ class Deferral:
         limit = io.init_s + b.in_bytes / io.remote_bytes_per_s + b.runtime + cfg.defer_s + doubt
         view, now = b.view, b.now
         return Cut("E", limit, lambda: view.has_idle(now))
-
-    def wake_at(self, state, now: float, cfg) -> float | None:
-        return None
-
-    def dispatched(self, state, where, now: float) -> None:
-        pass

@@ -13,6 +13,7 @@ import numpy as np
 
 from apollo.cluster import NODE, RACK, REMOTE
 
+from .base import Filter
 from .batch import Batch, Cut
 
 
@@ -34,19 +35,13 @@ def allowed_level(state: DelayState, now: float, w1: float, w2: float) -> int:
     return REMOTE
 
 
-class DelayScheduling:
+class DelayScheduling(Filter):
     name = "delay-scheduling"
-    needs_costs = False
+    # (the lightly loaded candidates come from the RM's list as it is, and a held task waits
+    # for a slot to free up: the job polls; Filter's defaults)
 
     def new_state(self) -> DelayState:
         return DelayState()
-
-    def light_pool(self, b):
-        """Where the lightly loaded candidates come from: the RM's list, as it is."""
-        return None
-
-    def rematches_on_news(self, cfg) -> bool:
-        return False             # a held task waits for a slot to free up: the job polls
 
     def cut(self, b: Batch, state: DelayState) -> Cut | None:
         cfg = b.cfg

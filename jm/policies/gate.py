@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .base import Gate
+
 
 @dataclass(frozen=True, slots=True)
-class DispatchGate:
-    opportunistic: bool = False      # beyond tokens, as opportunistic tasks (if JmConfig allows)
-    lookahead: bool = False          # match JmConfig.lookahead tasks per free token, best first
-    pipelining: bool = False         # short tasks: JmConfig.pipeline_s of work per token
-
-    def describe(self, opportunistic: bool = True) -> list[str]:
-        return [n for n, on in (("opportunistic", self.opportunistic and opportunistic), ("lookahead", self.lookahead),
-                                ("pipelining", self.pipelining)) if on]
+class DispatchGate(Gate):
+    """A gate made of the three switches (jm.policies.base.Gate says what each does)."""
+    opportunistic: bool = False
+    lookahead: bool = False
+    pipelining: bool = False
 
 
 TOKENS = DispatchGate()

@@ -7,8 +7,9 @@
 - FreeSlot (Hadoop's FIFO and the fair scheduler): a task goes only where a slot is free now,
   node-local first, then rack-local, then any lightly loaded server.
 
-``match`` returns (servers, waits, localities); waits/localities None: read them off the
-candidate the server was (the pipeline does).
+Each subclasses jm.policies.base.Matcher (the contract, and what a matcher may say about
+itself: its capabilities are methods there). ``match`` returns (servers, waits, localities);
+waits/localities None: read them off the candidate the server was (the pipeline does).
 """
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ import numpy as np
 from apollo.cluster import REMOTE
 
 from .. import estimate as est
-from ..candidates import candidate_rows
 from ..matching import UNMATCHED, greedy_match, seat_match, stable_match
+from .base import Matcher
 from .batch import Batch
 
 
@@ -32,36 +33,14 @@ def _most_picked(servers: list[int]) -> int:
     return max(Counter(servers).values())
 
 
-class Matcher:
-    name = "base"
-    needs_costs = True       # the pipeline estimates C, E, W for every candidate first
-    single = False           # a batch of one task may take jm.single's float path (its answer: the cheapest)
-    one_per_slot = False     # at most one task per server slot per batch (larger batches are wasted)
-    bounded = False          # batch_bound() may say how many tasks a batch could place at most
-
-    def leaves_queued(self) -> bool:
-        """Whether a task this matcher placed may wait in its server's queue (Apollo's do: the
-        estimates weigh the wait). A slot scheduler's never do: one its server reports queued
-        (the slot it was sent to was gone by then) is taken back and placed again."""
-        return True
-
-    def batch_bound(self, view, cpu: float) -> int | None:
-        """At most how many tasks of ``cpu`` CPUs a batch could place now (a cheap bound taken
-        before the batch is built); None: no bound."""
-        return None
-
-    def candidates(self, b: Batch, rng):
-        """(cand int64[B, K], valid bool[B, K]), or None when there is nowhere to go."""
-        return candidate_rows(b.reps, b.topology, b.light, rng, per_rack=b.cfg.per_rack)
-
-    def match(self, b: Batch):
-        raise NotImplementedError
-
-
 class StableMatching(Matcher):
     name = "stable-matching"
-    single = True
-    one_per_slot = True
+
+    def picks_cheapest_alone(self) -> bool:
+        return True              # deferred acceptance with one proposer: its first choice
+
+    def places_one_per_slot(self) -> bool:
+        return True
 
     def match(self, b: Batch):
         C, cand = b.C, b.cand
@@ -102,7 +81,9 @@ def _match_seats(b: Batch, cap: int):
 
 class GreedyMatching(Matcher):
     name = "greedy"
-    single = True
+
+    def picks_cheapest_alone(self) -> bool:
+        return True
 
     def match(self, b: Batch):
         return greedy_match(b.cand, b.C, load=b.runtime * b.cpu / b.topology.cores), None, None
@@ -110,7 +91,9 @@ class GreedyMatching(Matcher):
 
 class RandomPlacement(Matcher):
     name = "random"
-    needs_costs = False
+
+    def uses_estimates(self) -> bool:
+        return False
 
     def candidates(self, b: Batch, rng):
         alive = np.flatnonzero(b.view.alive)
@@ -128,8 +111,12 @@ class RandomPlacement(Matcher):
 class SlotMatcher(Matcher):
     """A slot scheduler's matcher: a task goes only to a slot free now, as its server reported
     it; no estimates."""
-    needs_costs = False
-    bounded = True
+
+    def uses_estimates(self) -> bool:
+        return False
+
+    def has_batch_bound(self) -> bool:
+        return True
 
     def leaves_queued(self) -> bool:
         return False

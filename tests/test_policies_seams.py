@@ -1,0 +1,88 @@
+"""The policy seams (jm.policies.base): every part of every profile subclasses its base, a
+matcher's capabilities are methods and keep their promises, and a filter written from
+docs/policies.md's recipe alone runs a whole seeded simulation."""
+import numpy as np
+import pytest
+
+from apollo.cluster import IoModel, Topology
+from apollo.shapes import ShapeGrid
+from jm import estimate as est
+from jm.policies import PROFILES
+from jm.policies.base import Filter, Gate, Matcher
+from jm.matching import UNMATCHED
+from jm.policies.batch import Batch
+from jm.state import JmConfig
+from jm.view import ViewCache
+
+GRID = ShapeGrid((1.0, 2.0, 4.0), (2.0, 4.0, 8.0, 16.0))
+
+
+@pytest.mark.parametrize("name", list(PROFILES))
+def test_every_part_of_every_profile_subclasses_its_seam(name):
+    p = PROFILES[name]
+    assert isinstance(p.matcher, Matcher)
+    assert all(isinstance(f, Filter) for f in p.filters)
+    assert isinstance(p.gate, Gate)
+
+
+def test_a_filter_overriding_nothing_changes_nothing():
+    f = Filter()
+    assert (f.uses_estimates(), f.new_state(), f.light_pool(None), f.cut(None, None), f.rematches_on_news(None),
+            f.wake_at(None, 0.0, None), f.dispatched(None, np.zeros(0), 0.0)) == (False, None, None, None, False,
+                                                                                    None, None)
+
+
+def test_the_old_flags_are_read_only_and_may_not_be_set_on_a_subclass():
+    m = PROFILES["apollo"].matcher
+    assert (m.single, m.one_per_slot, m.needs_costs, m.bounded) == (True, True, True, False)
+    with pytest.raises(AttributeError):
+        m.single = False
+    with pytest.raises(TypeError, match="override the method"):
+        type("Promise", (Matcher,), {"single": True})
+    with pytest.raises(TypeError, match="override the method"):
+        type("Costly", (Filter,), {"needs_costs": True})
+
+
+def _scene(seed: int, servers: int = 24, racks: int = 3):
+    """A host's view with random readings, and a JmConfig over a matching topology."""
+    g = np.random.default_rng(seed)
+    topo = Topology(servers, racks, 4.0, 16.0)
+    view = ViewCache(servers, GRID)
+    view.matrices[:] = (np.where(g.random(servers) < 0.3, 0.0, g.exponential(5.0, servers))[:, None]
+                        + np.sort(g.exponential(1.0, (servers, GRID.size)), axis=1)).astype(np.float32)
+    view.stamps[:] = g.uniform(0.0, 10.0, servers)
+    view.time = 10.0
+    view.alive[:] = g.random(servers) < 0.9
+    view.lightly_loaded = np.sort(g.choice(servers, size=servers // 4, replace=False)).astype(np.int32)
+    return view, JmConfig(topology=topo, io=IoModel(), grid=GRID), g
+
+
+def _batch(view, cfg, g, n: int, now: float = 12.0) -> Batch:
+    """A batch of ``n`` one-CPU tasks, some reading input with three replicas."""
+    servers = cfg.topology.servers
+    reps = np.where(g.random((n, 1)) < 0.7, g.integers(0, servers, (n, 3)), -1).astype(np.int64)
+    return Batch(now, view, cfg, np.arange(n), np.zeros(n, dtype=np.int64), reps, g.exponential(3e8, n),
+                 g.exponential(3.0, n), np.zeros(n, dtype=np.int64), np.ones(n), 1, reps[:, 0] >= 0)
+
+
+def _priced(b: Batch, m: Matcher, rng) -> Batch:
+    """``b`` with the candidates and estimates the pipeline would give ``m``."""
+    b.cand, b.valid = m.candidates(b, rng)
+    b.loc = est.localities(b.cand, b.reps, b.topology.rack_of)
+    if m.uses_estimates():
+        b.C, b.E, b.W = est.costs(b.cand, b.loc, b.in_bytes, b.runtime, b.shape, b.cpu, b.now, b.view, None,
+                                  b.cfg.io, b.cfg.estimate, rng)
+        b.C[~b.valid] = np.inf
+    return b
+
+
+@pytest.mark.parametrize("name", [n for n, p in PROFILES.items() if p.matcher.picks_cheapest_alone()])
+@pytest.mark.parametrize("seed", range(20))
+def test_a_matcher_that_says_it_picks_the_cheapest_alone_does(name, seed):
+    """The promise that lets JmState place a lone task in plain floats (jm.single)."""
+    m = PROFILES[name].matcher
+    view, cfg, g = _scene(seed)
+    b = _priced(_batch(view, cfg, g, 1), m, np.random.default_rng(seed))
+    srv = m.match(b)[0]
+    best = int(b.C[0].argmin())
+    assert srv[0] == (b.cand[0, best] if np.isfinite(b.C[0, best]) else UNMATCHED)
