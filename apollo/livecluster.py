@@ -112,7 +112,7 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
     os.chmod(secret_path, 0o600)
     if jm_hosts < 1:
         raise ClusterError(f"need at least one JM host (--jm-hosts {jm_hosts})")
-    ports = _free_ports(2 + jm_hosts + procs, bind)      # the last one: the RM's HTTP face (rm/http.py)
+    ports = _free_ports(2 + jm_hosts + procs, bind)      # the last one: the RM's HTTP face (rm/http/server.py)
     processes = [{"role": "rm", "index": 0, "address": f"{bind}:{ports[0]}"}]
     for k in range(jm_hosts):
         processes.append({"role": "jm", "index": k, "address": f"{bind}:{ports[1 + k]}"})

@@ -171,7 +171,7 @@ async def serve(folder: Path, role: str, index: int) -> None:
     port = int(me["address"].rsplit(":", 1)[1])
     await rt.start(listen_port=port)
     http = None
-    if role == "rm":        # the API, metrics and dashboard, on this loop (rm/http.py)
+    if role == "rm":        # the API, metrics and dashboard, on this loop (rm/http/server.py)
         from rm.http import start_http
         http = await start_http(rt, rt.actors["rm"], folder)
     stop = asyncio.Event()

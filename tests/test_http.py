@@ -1,4 +1,4 @@
-"""The RM's HTTP face (rm/http.py): JSON API, Prometheus metrics and the dashboard.
+"""The RM's HTTP face (rm/http/server.py): JSON API, Prometheus metrics and the dashboard.
 
 In-process: the heartbeat tap, records folded into metrics, and the token asked off loopback.
 Live (real processes on 127.0.0.1): /metrics parsed by prometheus_client and the JSON API
@@ -7,9 +7,7 @@ the servers and the running jobs in its DOM, with a screenshot.
 """
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -28,7 +26,7 @@ from rm.http import start_http
 from rm.state import RmConfig, RmState
 
 from chromium import Browser, chromium_binary
-from test_live_cluster import wait_for
+from helpers import await_until, wait_until
 
 
 def job(name: str, tasks: int, seconds: float) -> JobSpec:
@@ -52,8 +50,8 @@ def value(fams: dict, name: str, **labels) -> float:
     return sum(s.value for s in fam.samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
-def poll(pred, timeout: float, what: str, every: float = 0.1):
-    return wait_for(pred, timeout, what, every)
+def poll(pred, timeout: float, what: str):
+    return wait_until(pred, timeout, what, 0.1)
 
 
 @pytest.fixture
@@ -106,12 +104,12 @@ async def test_heartbeats_and_records_reach_the_metrics_and_a_token_is_asked_off
                 "id": 1, "rack": 0, "alive": True, "heard": True, "cores": 2.0, "busy_cores": 2.0, "cpu_free": 0.0, "running": 2,
                 "queued": 3, "wait_1core_s": 0.0, "heard_s_ago": None}
             assert [r["servers"] for r in c["racks"]] == [[0, 1], [2, 3]]
-            for _ in range(50):                                          # the records are read every 0.5 s
+            async def scrape():
                 async with s.get(f"{base}/metrics?token=s3cret") as r:
                     fams = families(await r.text())
-                if value(fams, "apollo_task_attempts_total", outcome="done") == 2:
-                    break
-                await asyncio.sleep(0.05)
+                return fams if value(fams, "apollo_task_attempts_total", outcome="done") == 2 else None
+            # the records are read every 0.5 s
+            fams = await await_until(scrape, 5, "the two attempts' records in /metrics", 0.05)
             async with s.get(f"{base}/api/jobs/7?token=s3cret") as r:
                 j = await r.json()
     finally:
@@ -201,16 +199,16 @@ def test_dashboard_in_a_browser_shows_servers_and_running_jobs(cluster, tmp_path
                     running: [...document.querySelectorAll('#jobs tbody tr[data-state=running]')].map(e => +e.dataset.job),
                     queues: [...document.querySelectorAll('#queues tbody tr')].map(e => e.dataset.queue),
                     lines: document.querySelectorAll('#chart polyline').length})"""
-                deadline = time.monotonic() + 8
-                while True:
-                    dom = json.loads(await b.evaluate(probe) or "{}")
+                seen = [{}]
+
+                async def showing():
+                    dom = seen[0] = json.loads(await b.evaluate(probe) or "{}")
                     # (the heat map follows the PNs' heartbeats, which may come a moment after the task
                     # counts: wait for both rather than read one snapshot)
-                    if dom.get("status") == "live" and sorted(dom["running"]) == ids and dom["tasks"] == 6 \
-                            and dom["busy"] >= 3:
-                        break
-                    assert time.monotonic() < deadline, f"the dashboard did not show the running jobs: {dom}"
-                    await asyncio.sleep(0.2)
+                    return dom.get("status") == "live" and sorted(dom["running"]) == ids and dom["tasks"] == 6 \
+                        and dom["busy"] >= 3
+                await await_until(showing, 8, "the dashboard showing the running jobs", 0.2)
+                dom = seen[0]
                 shot = await b.screenshot(tmp_path / "dashboard.png")
             for j in ids:
                 c.cancel(j)
@@ -223,11 +221,11 @@ def test_dashboard_in_a_browser_shows_servers_and_running_jobs(cluster, tmp_path
 
 
 def test_a_histogram_counted_in_batches_is_exposed_as_prometheus_clients_own():
-    """rm.metrics.BatchHistogram (a fold's values counted at once) scrapes byte for byte as a
+    """rm.http.metrics.BatchHistogram (a fold's values counted at once) scrapes byte for byte as a
     prometheus_client Histogram fed the same values one observe() at a time."""
     from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-    from rm.metrics import DELAY_BUCKETS, BatchHistogram
+    from rm.http.metrics import DELAY_BUCKETS, BatchHistogram
     values = [0.0, 0.0005, 0.001, 0.00100001, 0.3, 0.5, 2.5, 299.9, 300.0, 400.0]
     mine, theirs = CollectorRegistry(), CollectorRegistry()
     b = BatchHistogram("apollo_x_seconds", "doc", DELAY_BUCKETS)

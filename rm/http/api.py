@@ -1,6 +1,6 @@
-"""The JSON views of the RM's HTTP face: cluster, queues, jobs (rm/http.py serves them).
+"""The JSON views of the RM's HTTP face: cluster, queues, jobs (rm/http/server.py serves them).
 
-Each view reads in-memory state only (RmState, the heartbeat tap, rm/watch.py's tallies),
+Each view reads in-memory state only (RmState, the heartbeat tap, rm/http/watch.py's tallies),
 except ``job``, which reads one job's row from the RM's store like `apollo job` does.
 Times are the cluster's clock (seconds since its epoch); ``null`` where unknown.
 """

@@ -3,7 +3,7 @@
 ``HeartbeatTap`` names the per-server running/queued/free-CPU figures the RM keeps from
 heartbeats. ``Watch`` folds the report
 records of the cluster's folder (apollo.client.EventTail, incrementally) into
-Prometheus counters and histograms (rm/metrics.py), per-job tallies, recent
+Prometheus counters and histograms (rm/http/metrics.py), per-job tallies, recent
 events and a short history of the queues' shares, for the API and dashboard.
 """
 from __future__ import annotations
@@ -74,7 +74,7 @@ class Watch:
         self.rm = rm
         self.tap = HeartbeatTap(rm)
         self.tail = EventTail(Path(folder), kinds=KINDS, keep=False, max_bytes=4 << 20)
-        self.metrics = metrics                 # rm.metrics.RecordMetrics, or None
+        self.metrics = metrics                 # rm.http.metrics.RecordMetrics, or None
         self.jobs: OrderedDict[int, JobTally] = OrderedDict()
         self._recent: deque = deque(maxlen=60)  # recent task and job events, newest last (see events)
         self.history: deque = deque(maxlen=HISTORY)   # (t, {queue: share cores}, busy cores)

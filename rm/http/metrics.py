@@ -1,7 +1,7 @@
 """The RM's Prometheus metrics, on a registry of their own (``/metrics``).
 
 Two sources: gauges read RmState (and the heartbeat tap) when scraped (``StateCollector``);
-counters and histograms are fed by the records of the cluster's folder as rm/watch.py folds
+counters and histograms are fed by the records of the cluster's folder as rm/http/watch.py folds
 them (``RecordMetrics``: figures that exist only there, such as queue delay and locality,
 defined as in apollo/report.py). Units are in the names (seconds, cores).
 """

@@ -6,8 +6,8 @@
     GET /api/jobs      live jobs (tokens, demand, progress, locality, place in line), then recent ended ones
     GET /api/jobs/{id} one job, with its stages and ended attempts
     GET /api/stream    server-sent events: all of the above once a second (the dashboard's feed)
-    GET /metrics       Prometheus text format (rm/metrics.py)
-    GET / , /dashboard the dashboard page (rm/dashboard.html)
+    GET /metrics       Prometheus text format (rm/http/metrics.py)
+    GET / , /dashboard the dashboard page (rm/http/dashboard.html)
 
 Bound to loopback, anyone on the host may read it (as they may read `apollo jobs`); bound to any
 other address, every request needs the cluster's secret (DIR/secret) as ``Authorization: Bearer
