@@ -1,13 +1,19 @@
 """The policy seams (jm.policies.base): every part of every profile subclasses its base, a
 matcher's capabilities are methods and keep their promises, and a filter written from
 docs/policies.md's recipe alone runs a whole seeded simulation."""
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+import jm.policies
 from apollo.cluster import IoModel, Topology
 from apollo.shapes import ShapeGrid
+from apollo.simulate import SimConfig, run_simulation
+from apollo.workloads import load_workload
 from jm import estimate as est
-from jm.policies import PROFILES
+from jm.policies import PROFILES, Profile
 from jm.policies.base import Filter, Gate, Matcher
 from jm.matching import UNMATCHED
 from jm.policies.batch import Batch
@@ -86,3 +92,27 @@ def test_a_matcher_that_says_it_picks_the_cheapest_alone_does(name, seed):
     srv = m.match(b)[0]
     best = int(b.C[0].argmin())
     assert srv[0] == (b.cand[0, best] if np.isfinite(b.C[0, best]) else UNMATCHED)
+
+
+def _recipe() -> tuple[str, str]:
+    """docs/policies.md's "Adding a policy": the module's code block and the profile line."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "policies.md").read_text()
+    section = doc.split("## Adding a policy", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, "the recipe is a module and a profile line"
+    return blocks[0], blocks[1].strip().rstrip(",")
+
+
+def test_a_filter_built_from_the_recipe_alone_runs_a_seeded_simulation(monkeypatch):
+    module, line = _recipe()
+    ns: dict = {"__name__": "jm.policies.recipe", "__package__": "jm.policies"}
+    exec(compile(module, "docs/policies.md", "exec"), ns)
+    filters = [v for v in ns.values() if isinstance(v, type) and issubclass(v, Filter) and v is not Filter]
+    assert len(filters) == 1
+    prof = eval(line, {**vars(jm.policies), **ns})
+    assert isinstance(prof, Profile) and prof.filters and isinstance(prof.filters[0], filters[0])
+    monkeypatch.setitem(PROFILES, prof.name, prof)
+    r = run_simulation(load_workload("heavytail:jobs=25", seed=1),
+                       SimConfig(servers=20, racks=2, scheduler=prof.name, seed=4, wire=False, check=True))
+    assert r["jobs"]["completed"] == r["jobs"]["submitted"] == 25
+    assert filters[0].name in r["scheduler"]["policies"]
