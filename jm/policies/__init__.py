@@ -23,6 +23,7 @@ from .delay import DelayScheduling
 from .gate import APOLLO, LOOKAHEAD, TOKENS
 from .matchers import FreeSlot, GreedyMatching, RandomPlacement, StableMatching
 from .offers import SlotOffers
+from .sparrow import BatchSampling
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     # offers each slot to the tasks of several tokens' worth (lookahead), as HFS scans all of
     # a job's pending maps for one with data on the offered node.
     Profile("hfs-delay", SlotOffers(), (DelayScheduling(),), LOOKAHEAD, polls=True, poll_s=0.1),
+    # Sparrow (SOSP'13): batch sampling, the m least loaded of 2m probed servers (the view answers the probes)
+    Profile("sparrow", BatchSampling(probes=2)),
 )}
 
 
