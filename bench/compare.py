@@ -1,4 +1,4 @@
-"""apollo vs greedy vs fifo: job completion (mean, p50, p95) and node locality, on the shared traces
+"""apollo vs greedy vs fifo vs sparrow: job completion (mean, p50, p95) and node locality, on the shared traces
 and the generators, at several loads; and whether a seeded run is deterministic.
 
 Each cell is one seeded simulation (``--seed``, default 3). Workloads (name: source, jobs,
@@ -6,7 +6,8 @@ servers/racks): fb2009-day0 (SWIM FB-2009 day 0, every job, 1000/20), fb2010 (SW
 first 3000 jobs, 1000/20), yh1 (the YH1 Hawk/Eagle trace, 1000/20), fb2009-gen (the fb2009
 generator, 3000 jobs, 1000/20), heavytail (the heavytail generator, 5000 jobs, 100/5: at 1000
 servers its jobs fit in seconds whatever the scheduler). Determinism: the first cell is run
-twice and its reports compared, wall-clock figures aside.
+twice and its reports compared, wall-clock figures aside. sparrow is Sparrow's batch sampling
+(jm/policies/sparrow.py, docs/policies.md), the decentralized baseline researchers expect.
 
 JSON: {"rows": [{"workload", "load", "scheduler", "mean", "p50", "p95", "node_locality"}],
 "apollo_at_least_greedy": {"mean": bool, "p50": bool}, "deterministic": bool, "setup"}.
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="apollo bench compare", description=__doc__.split("\n\n")[0])
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--loads", default="0.7,0.85,0.95")
-    p.add_argument("--schedulers", default="apollo,greedy,fifo")
+    p.add_argument("--schedulers", default="apollo,greedy,fifo,sparrow")
     p.add_argument("--seed", type=int, default=3)
     p.add_argument("--json")
     a = p.parse_args(argv)
