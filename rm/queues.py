@@ -23,8 +23,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SHARINGS = ("fair", "capacity")
-ORDERS = ("fifo", "fair")
+# The names a queue file may give: ways of sharing (rm/sharing.py's table) and orders in a queue.
+from .queue_order import ORDERS
+from .sharing import KINDS
+
 ROOT = "root"
 
 
@@ -62,7 +64,7 @@ class QueueSpec:
     max_running_jobs: int | None = None
     user_limit: float = 0.0                     # per-user floor, fraction of the queue; 0: off
     max_jobs_per_user: int | None = None
-    order: str = "fair"                         # "fifo" | "fair" among the queue's jobs
+    order: str = "fair"                         # among its jobs: a name in ORDERS (rm/queue_order.py)
     min_share_timeout_s: float | None = None    # HFS Tmin
     fair_share_timeout_s: float | None = None   # HFS Tfair
     reclaim_timeout_s: float | None = None      # capacity: time to get a lent guarantee back
@@ -93,7 +95,7 @@ class Limits:
 @dataclass(slots=True)
 class QueueTree:
     root: QueueSpec
-    sharing: str = "fair"
+    sharing: str = "fair"                       # a name in KINDS (rm/sharing.py)
     source: str = "<string>"
     _leaves: tuple[QueueSpec, ...] = field(init=False, repr=False)
     _by_path: dict[str, QueueSpec] = field(init=False, repr=False)
@@ -101,8 +103,8 @@ class QueueTree:
     _resolved: tuple[float, dict[str, Limits]] | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
-        if self.sharing not in SHARINGS:
-            raise QueueError(f"{self.source}: sharing must be one of {', '.join(SHARINGS)}, got {self.sharing!r}")
+        if self.sharing not in KINDS:
+            raise QueueError(f"{self.source}: sharing must be one of {', '.join(KINDS)}, got {self.sharing!r}")
         self._by_path, self._parent = {}, {}
         leaves: list[QueueSpec] = []
 
@@ -217,6 +219,10 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _PERCENT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*%\s*$")
 
 
+def _one_of(names) -> str:
+    return " or ".join(f'"{n}"' for n in names)
+
+
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -235,10 +241,9 @@ class _Parser:
         if bad:
             raise self.fail("", f"unknown key {bad[0]!r} at the top level; valid keys: {', '.join(_TOP_KEYS)}")
         sharing = data.get("sharing", "fair")
-        if sharing not in SHARINGS:
-            raise self.fail("", f"sharing must be \"fair\" or \"capacity\", got {sharing!r}")
-        # HFS pools share among their jobs fairly by default; capacity queues run theirs FIFO.
-        defaults = {"order": "fair" if sharing == "fair" else "fifo"}
+        if sharing not in KINDS:
+            raise self.fail("", f"sharing must be {_one_of(KINDS)}, got {sharing!r}")
+        defaults = {"order": KINDS[sharing].default_order}      # each kind says its queues' order
         queues = data.get("queues", {})
         if not isinstance(queues, dict):
             raise self.fail("", "queues must be a table of queues ([queues.NAME])")
@@ -284,7 +289,7 @@ class _Parser:
             kw["user_limit"] = self.number(where, "user_limit", v, lo=0.0, hi=1.0)
         if "order" in body:
             if body["order"] not in ORDERS:
-                raise self.fail(where, f"order must be \"fifo\" or \"fair\", got {body['order']!r}")
+                raise self.fail(where, f"order must be {_one_of(ORDERS)}, got {body['order']!r}")
             kw["order"] = body["order"]
         for key in ("min_share_timeout_s", "fair_share_timeout_s", "reclaim_timeout_s"):
             if key in body:
