@@ -116,3 +116,59 @@ def test_a_filter_built_from_the_recipe_alone_runs_a_seeded_simulation(monkeypat
                        SimConfig(servers=20, racks=2, scheduler=prof.name, seed=4, wire=False, check=True))
     assert r["jobs"]["completed"] == r["jobs"]["submitted"] == 25
     assert filters[0].name in r["scheduler"]["policies"]
+
+
+# ---- sparrow: Sparrow's batch sampling (jm/policies/sparrow.py) ---------------------------
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_sparrow_probes_2m_live_servers_and_places_on_the_least_loaded(seed, m):
+    sparrow = PROFILES["sparrow"].matcher
+    view, cfg, g = _scene(seed)
+    b = _priced(_batch(view, cfg, g, m), sparrow, np.random.default_rng(seed))
+    probed = b.cand[0]
+    assert (b.cand == probed).all()                       # one set of probes for the batch
+    assert len(set(probed.tolist())) == len(probed) == min(2 * m, int(view.alive.sum()))
+    assert view.alive[probed].all()
+    srv, wait, where = sparrow.match(b)
+    load = b.W[0]                                         # (one-CPU tasks of one shape: one answer per probe)
+    least = probed[np.argsort(load, kind="stable")[:m]]
+    assert srv.tolist() == least.tolist()                 # the m least loaded, the first task on the least
+    k = [probed.tolist().index(s) for s in srv.tolist()]
+    assert wait.tolist() == load[k].tolist() and where.tolist() == b.loc[np.arange(m), k].tolist()
+
+
+def test_sparrow_gives_each_task_its_least_loaded_untaken_probe_when_answers_differ():
+    """Tasks of different shapes (or with a cut) see different answers: in priority order, each
+    takes the least loaded probed server still untaken, and none goes where it may not."""
+    sparrow = PROFILES["sparrow"].matcher
+    view, cfg, g = _scene(3)
+    b = _batch(view, cfg, g, 3)
+    b.cand = np.broadcast_to(np.array([4, 5, 6, 7, 8, 9]), (3, 6))
+    b.valid = np.ones((3, 6), dtype=bool)
+    b.valid[1, 0] = False                                 # task 1 may not go to server 4
+    b.loc = np.full((3, 6), 2, dtype=np.uint8)
+    b.W = np.array([[1.0, 5.0, 0.5, 9.0, 7.0, 3.0],
+                    [0.0, 0.2, 4.0, 9.0, 7.0, 3.0],
+                    [9.0, 9.0, 9.0, 0.1, 9.0, 9.0]])
+    b.C = b.W.copy()
+    b.C[2, 3] = np.inf                                    # server 7 never fits task 2
+    srv, wait, _ = sparrow.match(b)
+    assert srv.tolist() == [6, 5, 4] and wait.tolist() == [0.5, 0.2, 9.0]   # (4: the first of the ties)
+
+
+def test_sparrow_places_nothing_when_no_server_is_alive():
+    sparrow = PROFILES["sparrow"].matcher
+    view, cfg, g = _scene(1)
+    view.alive[:] = False
+    assert sparrow.candidates(_batch(view, cfg, g, 4), np.random.default_rng(1)) is None
+
+
+@pytest.mark.parametrize("workload,extra", [("fb2009:jobs=40", {}),
+                                            ("heavytail:jobs=30", dict(opportunistic=True, fail_prob=0.02)),
+                                            ("dag:jobs=10", dict(jm_hosts=2))])
+def test_a_seeded_sparrow_run_completes_with_every_actor_validated(workload, extra):
+    r = run_simulation(load_workload(workload, seed=2),
+                       SimConfig(servers=30, racks=3, scheduler="sparrow", seed=5, wire=False, check=True, **extra))
+    assert r["jobs"]["completed"] == r["jobs"]["submitted"] > 0
+    assert r["scheduler"]["policies"][0] == "batch-sampling"
