@@ -385,7 +385,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace, rest: list[str]) -> int:
     import importlib
     names = ("matching", "scale", "throughput", "delay", "fairshare", "capacity", "pools", "dolly", "corrections",
-             "compare", "shortjob")
+             "compare", "shortjob", "results")
     if args.name not in names:
         print(f"apollo bench: unknown benchmark {args.name!r} (known: {', '.join(names)})", file=sys.stderr)
         return 2
