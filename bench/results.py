@@ -342,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(text)
     else:
         out.write_text(text)
-        print(f"results page: {out} ({sum(1 for s in SECTIONS if any(n in files for n in s.files))} benches)")
+        shown = sum(1 for s in SECTIONS if any(n in files for n in s.files))
+        print(f"results page: {out} ({shown} of {len(SECTIONS)} sections from JSON)")
     return 0
 
 
