@@ -23,8 +23,9 @@ class QueueOrder:
     # nothing waits, as in Hadoop's FIFO (the head of the line takes the next slot).
     token_of_right = True
 
-    def split(self, share: float, demand: np.ndarray, weight: np.ndarray, rank: np.ndarray) -> np.ndarray:
-        """``share`` over jobs with these demands (>= 0), weights and places in queue order."""
+    def split(self, share: float, demand: np.ndarray, weight: np.ndarray | None, rank: np.ndarray) -> np.ndarray:
+        """``share`` over jobs with these demands (>= 0), weights (None: equal) and places in
+        queue order."""
         raise NotImplementedError
 
 

@@ -179,7 +179,8 @@ class CapacitySharing(SharingKind):
             held = sum(j.running for j in mine)
             floor = self.floor(alloc.shares[path], lim[path])
             got = split_in_queue(q, alloc.shares[path], mine)
-            alloc_u, held_u = defaultdict(float), defaultdict(float)
+            alloc_u: dict[str, float] = defaultdict(float)
+            held_u: dict[str, float] = defaultdict(float)
             for j in mine:
                 alloc_u[j.user] += got[j.job_id]
                 held_u[j.user] += j.running

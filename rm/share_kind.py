@@ -186,8 +186,8 @@ class SharingKind:
             cand.append(mine)
         wanting = sum(int(needs[c].sum()) for c in cand)
         if wanting <= free:                             # room for all: queue order
-            out = np.concatenate(cand)
-            return out[np.argsort(rank[out], kind="stable")].tolist()
+            every = np.concatenate(cand)
+            return every[np.argsort(rank[every], kind="stable")].tolist()
         # Shares as if every candidate were admitted decide which leaf gets scarce slots.
         dem = np.bincount(leaf[admitted], weights=d[admitted], minlength=L).astype(float)
         dem += np.array([float(d[c].sum()) for c in cand])
