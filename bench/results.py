@@ -282,7 +282,10 @@ def load(folder: Path) -> Loaded:
     out: Loaded = {}
     for f in sorted(folder.glob("*.json")):
         when = datetime.fromtimestamp(f.stat().st_mtime, timezone.utc).strftime("%Y-%m-%d")
-        out[f.stem] = (json.loads(f.read_text()), when)
+        try:
+            out[f.stem] = (json.loads(f.read_text()), when)
+        except ValueError as e:
+            raise ValueError(f"{f}: not JSON ({e})") from None
     return out
 
 
@@ -296,7 +299,12 @@ def generated(files: Loaded, source: str, today: str, host: str) -> str:
         if not any(n in files for n in sec.files):
             missing.append(sec)
             continue
-        lines += ["", f"## {sec.title}", ""] + sec.render(files)
+        try:
+            body = sec.render(files)
+        except (KeyError, TypeError, ValueError, IndexError) as e:     # a JSON of another bench version
+            body = [f"Could not read the figures from {', '.join(n + '.json' for n in sec.files if n in files)}: "
+                    f"{type(e).__name__} {e}."]
+        lines += ["", f"## {sec.title}", ""] + body
     if missing:
         lines += ["", "## Not measured in this run", ""]
         lines += [f"- {s.title}: no {', '.join(n + '.json' for n in s.files)}" for s in missing]
@@ -315,8 +323,8 @@ def page(files: Loaded, source: str, previous: str | None, today: str, host: str
     elif END_MARKER in previous:
         tail = previous[previous.index(END_MARKER):]
     else:
-        raise ValueError(f"the page has no end marker ({END_MARKER!r}): its hand-written part cannot be told "
-                         "apart; add the marker above it first")
+        raise ValueError("the page to write has no end marker, so its hand-written part cannot be told apart; "
+                         f"add this line above it first: {END_MARKER}")
     return generated(files, source, today, host) + tail
 
 
@@ -329,20 +337,20 @@ def main(argv: list[str] | None = None) -> int:
     if not folder.is_dir():
         print(f"apollo bench results: {folder} is not a folder", file=sys.stderr)
         return 2
-    files = load(folder)
     out = Path(a.out) if a.out else None
     previous = out.read_text() if out is not None and out.exists() else None
     today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     try:
+        files = load(folder)
         text = page(files, a.source, previous, today, machine())
     except ValueError as e:
-        print(f"apollo bench results: {out}: {e}", file=sys.stderr)
+        print(f"apollo bench results: {e}", file=sys.stderr)
         return 2
     if out is None:
         sys.stdout.write(text)
     else:
         out.write_text(text)
-        shown = sum(1 for s in SECTIONS if any(n in files for n in s.files))
+        shown = sum(1 for sec in SECTIONS if any(n in files for n in sec.files))
         print(f"results page: {out} ({shown} of {len(SECTIONS)} sections from JSON)")
     return 0
 

@@ -118,3 +118,16 @@ def test_a_page_without_the_marker_is_not_overwritten(tmp_path):
 @pytest.mark.parametrize("v, text", [(None, "-"), (float("inf"), "never"), (True, "yes"), (2.345, "2.3")])
 def test_figures_as_text(v, text):
     assert results.num(v) == text
+
+
+def test_a_json_of_another_shape_is_reported_not_fatal(tmp_path):
+    (tmp_path / "scale.json").write_text(json.dumps({"servers": [100]}))      # no "runs"
+    write(tmp_path, ["pools"])
+    text = results.page(results.load(tmp_path), "runs", None, "2026-12-02", "host")
+    assert "Could not read the figures from scale.json: KeyError" in text and "| apollo | 4.5 |" in text
+
+
+def test_a_file_that_is_not_json_is_named(tmp_path, capsys):
+    (tmp_path / "dolly.json").write_text("{not json")
+    assert results.main(["--from", str(tmp_path)]) == 2
+    assert "dolly.json: not JSON" in capsys.readouterr().err
