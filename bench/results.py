@@ -138,7 +138,7 @@ def scale(files: Loaded) -> list[str]:
 
 
 def throughput(files: Loaded) -> list[str]:
-    from bench.throughput import FMT, LABEL, TARGETS
+    from .throughput import FMT, LABEL, TARGETS
     d = files["throughput"][0]
     systems = [s for s in d if s != "config"]
     keys = [k for k in LABEL if any(isinstance(d[s].get(k), (int, float)) for s in systems)]
