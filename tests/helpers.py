@@ -1,4 +1,15 @@
-"""Small builders shared by tests."""
+"""What tests share: small builders, waiting for a condition with a deadline, reading a live
+cluster's event files, and the scheduler profiles seeded simulations run under. (Every seeded
+simulation validates every actor after every event: conftest.py sees to it.)"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
 import numpy as np
 
 from apollo.messages import TaskSpec
@@ -12,3 +23,100 @@ class Rng:
     """A numpy Generator with a fixed seed (actors take one as ``rng``)."""
     def __new__(cls, seed=0):
         return np.random.default_rng(seed)
+
+
+# ---------------------------------------------------------------------------- waiting with a deadline
+# A test never asserts after a fixed sleep: it waits for the condition it means, and fails with
+# what it waited for once the deadline passes. The sync and async forms share one clock rule.
+
+class _Deadline:
+    def __init__(self, timeout: float, what: str) -> None:
+        self.timeout, self.what = timeout, what
+        self.at = time.monotonic() + timeout
+
+    def check(self) -> None:
+        if time.monotonic() > self.at:
+            raise AssertionError(f"timed out after {self.timeout:g} s waiting for {self.what}")
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 5.0, what: str = "the condition",
+               interval: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something true (returned) or ``timeout`` s pass."""
+    deadline = _Deadline(timeout, what)
+    while True:
+        v = predicate()
+        if v:
+            return v
+        deadline.check()
+        time.sleep(interval)
+
+
+async def await_until(predicate: Callable[[], Any], timeout: float = 5.0, what: str = "the condition",
+                      interval: float = 0.005) -> Any:
+    """``wait_until`` inside an event loop (the loop keeps running); ``predicate`` may be async."""
+    deadline = _Deadline(timeout, what)
+    while True:
+        v = predicate()
+        if inspect.isawaitable(v):
+            v = await v
+        if v:
+            return v
+        deadline.check()
+        await asyncio.sleep(interval)
+
+
+def holds_for(predicate: Callable[[], Any], seconds: float, what: str = "the condition",
+              interval: float = 0.02) -> None:
+    """That something does NOT happen can only be watched for a while: ``predicate`` must stay
+    true for ``seconds`` (checked all along, failing at the first moment it is not)."""
+    end = time.monotonic() + seconds
+    while True:
+        assert predicate(), f"{what} stopped holding"
+        if time.monotonic() > end:
+            return
+        time.sleep(interval)
+
+
+async def await_holds_for(predicate: Callable[[], Any], seconds: float, what: str = "the condition",
+                          interval: float = 0.005) -> None:
+    """``holds_for`` inside an event loop."""
+    end = time.monotonic() + seconds
+    while True:
+        assert predicate(), f"{what} stopped holding"
+        if time.monotonic() > end:
+            return
+        await asyncio.sleep(interval)
+
+
+# ---------------------------------------------------------------------------- a live cluster's event files
+
+class Record(NamedTuple):
+    file: str          # the event file's name, e.g. "events-jm0.jsonl"
+    kind: str
+    now: float
+    data: list
+
+
+def records(folder: Path, *kinds: str) -> list[Record]:
+    """Every record of ``kinds`` (all kinds if none) in a cluster's ``events-*.jsonl``, file by
+    file in name order, each file in its order. Attempts and job outcomes as the tools read them:
+    ``apollo.replay.read_events``."""
+    out = []
+    for f in sorted(Path(folder).glob("events-*.jsonl")):
+        for line in f.read_text().splitlines():
+            try:
+                kind, now, data = json.loads(line)
+            except ValueError:
+                continue                       # a line cut short by a kill
+            if not kinds or kind in kinds:
+                out.append(Record(f.name, kind, now, data))
+    return out
+
+
+# ---------------------------------------------------------------------------- seeded simulations
+
+def profiles() -> list[str]:
+    """Every scheduler profile's name, from the one table: a test parametrized over these covers a
+    new profile without an edit."""
+    from jm.policies import PROFILES
+    return list(PROFILES)

@@ -21,7 +21,7 @@ from jm.state import JmConfig, JmState
 from jm.view import ViewCache
 from pn.state import PnConfig, PnState, _weighted_pick
 
-from helpers import Rng, task
+from helpers import Rng, await_holds_for, await_until, task
 
 
 # ---------------------------------------------------------------------------- the bench
@@ -115,8 +115,8 @@ def _sent(out, kind=Dispatch):
 
 
 def _done(j, ts, state=TaskState.DONE, now=1.0):
-    reps = [TaskReport(1, t, int(j.attempt[t]), int(state), 0.5, now, 0, "") for t in ts]
-    return StatusBatch(1, int(j.server[ts[0]]), reps, np.zeros(12, np.float32), now)
+    reps = [TaskReport(1, t, int(j.tasks.attempt[t]), int(state), 0.5, now, 0, "") for t in ts]
+    return StatusBatch(1, int(j.tasks.server[ts[0]]), reps, np.zeros(12, np.float32), now)
 
 
 def test_coalescing_jm_schedules_once_per_burst_of_reports():
@@ -144,9 +144,9 @@ def test_freed_tokens_upgrade_running_opportunistic_attempts_first():
     opp = [t.task for d in _sent(out) for t in d.tasks if t.opportunistic]
     reg = [t.task for d in _sent(out) for t in d.tasks if not t.opportunistic]
     assert len(opp) == 2 and len(reg) == 2
-    younger = max(opp, key=lambda t: (j.dispatch_t[t], t))
+    younger = max(opp, key=lambda t: (j.tasks.dispatch_t[t], t))
     # the younger opportunistic attempt is running, the older one still queued
-    j.handle(StatusBatch(1, int(j.server[younger]), [TaskReport(1, younger, int(j.attempt[younger]),
+    j.handle(StatusBatch(1, int(j.tasks.server[younger]), [TaskReport(1, younger, int(j.tasks.attempt[younger]),
                          int(TaskState.RUNNING), 0.6, 0.0, 0, "")], np.zeros(12, np.float32), 0.6), 0.6, Rng())
     out = j.handle(_done(j, reg[:1]), 1.0, Rng())
     assert [u.task for u in _sent(out, UpgradeTask)] == [younger]
@@ -241,10 +241,7 @@ async def test_runtime_hands_batching_actors_their_exits_together_and_drops_kill
     try:
         for addr, actor in (("pn:0", batching), ("pn:1", single)):
             rt._apply(addr, actor, [Launch(task(t=i, dur=0.0), 2) for i in range(3)], rt.now)
-        for _ in range(50):
-            await asyncio.sleep(0.005)
-            if batching.got and len(single.got) == 3:
-                break
+        await await_until(lambda: batching.got and len(single.got) == 3, 2, "the exits handed over")
         assert len(batching.got) == 1 and [e.task_key for e in batching.got[0]] == [(1, i, 1) for i in range(3)]
         assert [e.task_key for e in single.got] == [(1, i, 1) for i in range(3)]
         # an exit still waiting for delivery when its attempt is killed never arrives
@@ -252,8 +249,9 @@ async def test_runtime_hands_batching_actors_their_exits_together_and_drops_kill
         rt._exited("pn:0", batching, TaskExited((1, 7, 1), True, 0, ""))
         rt._exited("pn:0", batching, TaskExited((1, 8, 1), True, 0, ""))
         rt._apply("pn:0", batching, [Kill((1, 7, 1))], rt.now)
-        await asyncio.sleep(0.01)
-        assert [getattr(e, "task_key", None) for e in batching.got] == [(1, 8, 1)]
+        await await_until(lambda: batching.got, 2, "the exit not killed")
+        await await_holds_for(lambda: [getattr(e, "task_key", None) for e in batching.got] == [(1, 8, 1)], 0.01,
+                              "only the exit not killed")
     finally:
         await rt.stop()
 

@@ -23,7 +23,8 @@ from apollo.client import Client
 from apollo.livecluster import ClusterError, read_info
 from apollo.runtime.live import run
 from apollo.spec import JobSpec, StageSpec
-from test_live_cluster import _gone, job_state, wait_for
+from helpers import wait_until
+from test_live_cluster import _gone, job_state
 
 CLUSTER_COMMANDS = [
     ["submit", "JOBFILE"], ["jobs"], ["job", "0"], ["cancel", "0"], ["replay", "fb2009", "--jobs", "1"],
@@ -95,7 +96,7 @@ def test_a_wrong_secret_is_refused_at_once_with_a_clear_line(cluster, jobfile):
         async with Client(folder) as c:
             return await c.submit(small("long", 1, 60.0))
     long_job = run(submit_long())            # with the right secret: a job to try to cancel below
-    wait_for(lambda: job_state(folder, long_job) == "running", 10, "the job stored as running")
+    wait_until(lambda: job_state(folder, long_job) == "running", 10, "the job stored as running")
 
     secret = folder / "secret"
     good = secret.read_bytes()
@@ -140,7 +141,7 @@ def test_an_unreachable_rm_is_retried_visibly_then_given_up_with_exit_code_1(clu
     assert r.returncode == 0, r.stdout + r.stderr          # job 0, to cancel below
     rm_pid = next(p["pid"] for p in info["processes"] if p["role"] == "rm")
     os.kill(rm_pid, signal.SIGKILL)
-    wait_for(lambda: _gone(rm_pid), 5, "the killed RM to be gone")
+    wait_until(lambda: _gone(rm_pid), 5, "the killed RM to be gone")
 
     for args, timeout in ((["submit", str(jobfile)], 3), (["cancel", "0"], 2),
                           (["replay", "fb2009", "--jobs", "1"], 2)):

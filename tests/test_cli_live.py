@@ -2,6 +2,10 @@
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.live
+
 
 def apollo(*args, timeout=60):
     return subprocess.run([sys.executable, "-m", "apollo.cli", *args], capture_output=True, text=True,

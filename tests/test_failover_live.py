@@ -6,19 +6,22 @@ Run with ``-s`` to see the adopted vs re-run counts of the JM host test.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import sqlite3
 import time
 from pathlib import Path
 
+import pytest
 
 from apollo.client import Client, EventTail
 from apollo.livecluster import read_info, restart_process
 from apollo.records import A_ATTEMPT, A_JOB, A_OUTCOME, A_TASK
 from apollo.runtime.live import run
-from test_live_cluster import _gone, await_for, job_state, pids_of, synthetic, wait_for
+from helpers import await_until, records, wait_until
+from test_live_cluster import _gone, job_state, pids_of, synthetic
+
+pytestmark = pytest.mark.live
 
 GEN_BASE = 1 << 16       # an adopting JM numbers its own attempts above generation << 16
 
@@ -41,20 +44,6 @@ def job_host(folder: Path, job_id: int) -> str:
     return rows[0][0] if rows and rows[0][0] else ""
 
 
-def records(folder: Path, kind: str) -> list[tuple[str, list]]:
-    """(file name, data) of every record of ``kind`` in the cluster's event files, in file order."""
-    out = []
-    for f in sorted(folder.glob("events-*.jsonl")):
-        for line in f.read_text().splitlines():
-            try:
-                k, _, data = json.loads(line)
-            except ValueError:
-                continue                       # a line cut short by a kill
-            if k == kind:
-                out.append((f.name, data))
-    return out
-
-
 def pid_of(folder: Path, role: str, index: int) -> int:
     return next(p["pid"] for p in read_info(folder)["processes"] if p["role"] == role and p["index"] == index)
 
@@ -62,7 +51,7 @@ def pid_of(folder: Path, role: str, index: int) -> int:
 def kill9(folder: Path, role: str, index: int) -> int:
     pid = pid_of(folder, role, index)
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: _gone(pid), 5, f"the killed {role}{index} to be gone")
+    wait_until(lambda: _gone(pid), 5, f"the killed {role}{index} to be gone")
     return pid
 
 
@@ -76,9 +65,9 @@ def test_job_completes_after_its_jm_host_is_killed_mid_job(cluster):
         tail = EventTail(folder)
         async with Client(folder) as c:
             job = await c.submit(synthetic("failover", n, 0.6))
-            host = await await_for(lambda: job_host(folder, job), 10, "the job's JM host in jobs.db")
+            host = await await_until(lambda: job_host(folder, job), 10, "the job's JM host in jobs.db")
             # mid-job: a first wave has finished, and the next ones are queued and running
-            await await_for(lambda: any(a[A_JOB] == job and a[A_OUTCOME] == "done" for a in tail.poll()),
+            await await_until(lambda: any(a[A_JOB] == job and a[A_OUTCOME] == "done" for a in tail.poll()),
                             15, "a first finished attempt")
             assert job not in c.inbox.finished, "the job finished before the kill: make it longer"
             k = int(host.split(":")[1])
@@ -91,22 +80,22 @@ def test_job_completes_after_its_jm_host_is_killed_mid_job(cluster):
     assert done.ok, done.reason
     assert done.tasks_done == n, done
     survivor = f"jmhost:{1 - k}"
-    wait_for(lambda: job_host(folder, job) == survivor, 5, f"job {job} re-homed to {survivor} in jobs.db")
-    wait_for(lambda: job_state(folder, job) == "done", 10, f"job {job} 'done' in jobs.db")
-    assert any(d[0] == job and d[3] == survivor for _, d in records(folder, "rehomed")), "no 'rehomed' record"
-    assert any(d[0] == f"jmhost:{k}" for _, d in records(folder, "host_dead")), "no 'host_dead' record"
+    wait_until(lambda: job_host(folder, job) == survivor, 5, f"job {job} re-homed to {survivor} in jobs.db")
+    wait_until(lambda: job_state(folder, job) == "done", 10, f"job {job} 'done' in jobs.db")
+    assert any(r.data[0] == job and r.data[3] == survivor for r in records(folder, "rehomed")), "no 'rehomed' record"
+    assert any(r.data[0] == f"jmhost:{k}" for r in records(folder, "host_dead")), "no 'host_dead' record"
 
     # The survivor's records: attempts it adopted (the PNs held them) and tasks it ran again.
     survivor_file = f"events-jm{1 - k}.jsonl"
-    wait_for(lambda: sum(a[A_JOB] == job and a[A_OUTCOME] == "done"
-                         for f, a in records(folder, "attempt") if f == survivor_file) > 0, 5,
-             "the survivor's attempt records")
-    adopted = {d[1] for f, d in records(folder, "adopted") if d[0] == job}
-    mine = [a for f, a in records(folder, "attempt") if f == survivor_file and a[A_JOB] == job]
+    wait_until(lambda: sum(r.data[A_JOB] == job and r.data[A_OUTCOME] == "done"
+                           for r in records(folder, "attempt") if r.file == survivor_file) > 0, 5,
+               "the survivor's attempt records")
+    adopted = {r.data[1] for r in records(folder, "adopted") if r.data[0] == job}
+    mine = [r.data for r in records(folder, "attempt") if r.file == survivor_file and r.data[A_JOB] == job]
     rerun = {a[A_TASK] for a in mine if a[A_ATTEMPT] >= GEN_BASE and a[A_TASK] not in adopted}
     adopted_done = {a[A_TASK] for a in mine if a[A_ATTEMPT] < GEN_BASE and a[A_OUTCOME] == "done"}
-    dead_done = {a[A_TASK] for f, a in records(folder, "attempt")
-                 if f == f"events-jm{k}.jsonl" and a[A_JOB] == job and a[A_OUTCOME] == "done"}
+    dead_done = {r.data[A_TASK] for r in records(folder, "attempt")
+                 if r.file == f"events-jm{k}.jsonl" and r.data[A_JOB] == job and r.data[A_OUTCOME] == "done"}
     print(f"\nJM host jmhost:{k} killed mid-job ({n} tasks x 0.6 s on 16 slots): job done "
           f"{after_s:.1f} s after the kill; the dead host had recorded {len(dead_done)} tasks done; "
           f"the survivor adopted {len(adopted)} attempts ({len(adopted_done)} of them finished there, "
@@ -127,18 +116,23 @@ def test_rm_killed_while_50_jobs_are_submitted_stores_each_once_and_all_complete
         async with Client(folder) as c:
             retries = []
             c.on_retry = retries.append
+            answered = [0]
             loop = asyncio.get_running_loop()
             t0 = loop.time()
 
             async def one(i: int) -> int:
                 await asyncio.sleep(i * 0.04)               # 50 submissions over 2 s, concurrently
-                return await c.submit(synthetic(names[i], 4, 0.2), timeout_s=30)
+                job = await c.submit(synthetic(names[i], 4, 0.2), timeout_s=30)
+                answered[0] += 1
+                return job
 
             async def crash_rm() -> float:
-                await asyncio.sleep(0.5)                    # some submissions answered, the rest not yet
+                # some submissions answered, the rest not yet
+                await await_until(lambda: answered[0] >= 5, 10, "five submissions answered")
                 await asyncio.to_thread(kill9, folder, "rm", 0)
                 down = loop.time()
-                await asyncio.sleep(1.0)
+                # down until a submission has had no answer and was sent again
+                await await_until(lambda: retries, 10, "a submission retried while the RM is down")
                 await asyncio.to_thread(restart_process, folder, "rm", 0)
                 return loop.time() - down
 
@@ -160,7 +154,7 @@ def test_rm_killed_while_50_jobs_are_submitted_stores_each_once_and_all_complete
     assert stored == names, (f"each job must be stored exactly once: {len(rows)} rows, duplicates "
                              f"{sorted({n for n in stored if stored.count(n) > 1})}, missing {sorted(set(names) - set(stored))}")
     assert sorted(r[0] for r in rows) == sorted(ids)
-    wait_for(lambda: all(job_state(folder, j) == "done" for j in ids), 10, "every job 'done' in jobs.db")
+    wait_until(lambda: all(job_state(folder, j) == "done" for j in ids), 10, "every job 'done' in jobs.db")
 
 
 # ---------------------------------------------------------------------------- a JM host comes back
@@ -177,20 +171,19 @@ def test_a_restarted_jm_host_rejoins(cluster):
     ids, _ = run(some_jobs("before", 2))        # one on each host: both are known to the RM
     assert f"jmhost:{k}" in {job_host(folder, j) for j in ids}
     old = kill9(folder, "jm", k)
-    wait_for(lambda: any(d[0] == f"jmhost:{k}" for _, d in records(folder, "host_dead")), 10,
+    wait_until(lambda: any(r.data[0] == f"jmhost:{k}" for r in records(folder, "host_dead")), 10,
              f"the RM to declare jmhost:{k} dead")
     new = restart_process(folder, "jm", k)
     cluster.note(folder)
     assert new != old
 
     def back() -> bool:
-        rm = [json.loads(line) for line in (folder / "events-rm.jsonl").read_text().splitlines()
-              if line.startswith('["host_')]
-        last_dead = max((i for i, r in enumerate(rm) if r[0] == "host_dead" and r[2][0] == f"jmhost:{k}"),
+        rm = [r for r in records(folder, "host_dead", "host_up") if r.file == "events-rm.jsonl"]
+        last_dead = max((i for i, r in enumerate(rm) if r.kind == "host_dead" and r.data[0] == f"jmhost:{k}"),
                         default=None)
-        return last_dead is not None and any(r[0] == "host_up" and r[2][0] == f"jmhost:{k}"
+        return last_dead is not None and any(r.kind == "host_up" and r.data[0] == f"jmhost:{k}"
                                              for r in rm[last_dead + 1:])
-    wait_for(back, 10, f"a 'host_up' record of jmhost:{k} after its 'host_dead'")
+    wait_until(back, 10, f"a 'host_up' record of jmhost:{k} after its 'host_dead'")
 
     ids, dones = run(some_jobs("after", 4))
     assert all(d.ok and d.tasks_done == 2 for d in dones), dones

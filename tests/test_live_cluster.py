@@ -31,6 +31,9 @@ from apollo.runtime.live import run
 from apollo.simulate import SimConfig, build, run_simulation
 from apollo.spec import JobSpec, StageSpec
 from apollo.workloads import load_workload
+from helpers import await_until, wait_until
+
+pytestmark = pytest.mark.live
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -56,28 +59,6 @@ def _gone(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except (OSError, IndexError):
         return True
-
-
-def wait_for(pred, timeout: float, what: str, every: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
-
-
-async def await_for(pred, timeout: float, what: str, every: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        await asyncio.sleep(every)
 
 
 def pids_of(folder: Path) -> dict[str, int]:
@@ -188,18 +169,18 @@ def test_dag_job_with_command_reduce_completes_and_a_failing_command_fails_the_j
     assert outs, f"no stdout file of the reduce under {folder}/work"
     assert any("reduced" in p.read_text() for p in outs)
     # The client heard from the JM directly: the RM's record may land a moment later.
-    wait_for(lambda: job_state(folder, j1) == "done", 10, f"job {j1} to be 'done' in jobs.db")
+    wait_until(lambda: job_state(folder, j1) == "done", 10, f"job {j1} to be 'done' in jobs.db")
 
     assert not d2.ok
     assert d2.tasks_done == 0
     # jm/state.py: "task x[0] failed 3 times; last: <stderr tail or 'exit code N'>"
     assert "x[0] failed 3 times" in d2.reason, d2.reason
     assert "broken-input" in d2.reason or "exit code 3" in d2.reason, d2.reason
-    wait_for(lambda: job_state(folder, j2) == "failed", 10, f"job {j2} to be 'failed' in jobs.db")
+    wait_until(lambda: job_state(folder, j2) == "failed", 10, f"job {j2} to be 'failed' in jobs.db")
     errs = list(folder.glob(f"work/pn*/{j2}-0-*.err"))
     assert len(errs) == 3 and all("broken-input" in p.read_text() for p in errs)
     # The JM host tells the submitter before its event records are flushed: wait for all three.
-    failed = wait_for(lambda: [a for a in attempts(folder) if a[A_JOB] == j2 and a[A_TASK] == 0
+    failed = wait_until(lambda: [a for a in attempts(folder) if a[A_JOB] == j2 and a[A_TASK] == 0
                                and a[A_OUTCOME] == "failed"] if sum(
         a[A_JOB] == j2 and a[A_TASK] == 0 and a[A_OUTCOME] == "failed" for a in attempts(folder)) >= 3 else None,
         5, "the failed attempts' records")
@@ -220,7 +201,7 @@ def test_job_survives_sigkill_of_a_pn_process(cluster):
         async with Client(folder) as c:
             job = await c.submit(synthetic("survivor", n, 0.5))
             # tasks are running once the first attempt has finished (the next wave starts at once)
-            await await_for(lambda: any(a[A_JOB] == job and a[A_OUTCOME] == "done" for a in attempts(folder)),
+            await await_until(lambda: any(a[A_JOB] == job and a[A_OUTCOME] == "done" for a in attempts(folder)),
                             15, "a first finished attempt")
             assert job not in c.inbox.finished, "the job finished before the kill: make it longer"
             os.kill(victim["pid"], signal.SIGKILL)
@@ -231,9 +212,9 @@ def test_job_survives_sigkill_of_a_pn_process(cluster):
     job, done, after_s = run(main())
     assert done.ok, done.reason
     assert done.tasks_done == n
-    wait_for(lambda: _gone(victim["pid"]), 5, "the killed PN process to be gone")
+    wait_until(lambda: _gone(victim["pid"]), 5, "the killed PN process to be gone")
     # The JM host tells the submitter before its event records are flushed: wait for them all.
-    wait_for(lambda: sum(a[A_JOB] == job and a[A_OUTCOME] == "done" for a in attempts(folder)) >= n, 5,
+    wait_until(lambda: sum(a[A_JOB] == job and a[A_OUTCOME] == "done" for a in attempts(folder)) >= n, 5,
              "every finished attempt's record")
     rows = [a for a in attempts(folder) if a[A_JOB] == job]
     ok = [a for a in rows if a[A_OUTCOME] == "done"]
@@ -335,7 +316,7 @@ def test_wrong_secret_and_garbage_are_refused_on_every_port_without_harm(cluster
     async def main():
         async with Client(folder) as c:
             job = await c.submit(synthetic("bystander", n, 1.0))
-            await await_for(lambda: job_state(folder, job) == "running", 10, "the job to be stored")
+            await await_until(lambda: job_state(folder, job) == "running", 10, "the job to be stored")
             for p in info["processes"]:
                 await asyncio.to_thread(_probe_port, p["address"], secret)
             assert job not in c.inbox.finished, "the job finished before the probes ended: make it longer"
@@ -346,7 +327,7 @@ def test_wrong_secret_and_garbage_are_refused_on_every_port_without_harm(cluster
     assert done.tasks_done == n
     assert_all_alive(folder)
     for p in info["processes"]:   # each process said why it closed each connection
-        wait_for(lambda: all(k in log_text(folder, p["role"], p["index"])
+        wait_until(lambda: all(k in log_text(folder, p["role"], p["index"])
                              for k in ("wrong proof", "exceeds the maximum", "undecodable msgpack",
                                        "bad data frame")),
                  5, f"the refusals in the log of {p['role']}{p['index']}")
@@ -361,7 +342,7 @@ def test_rm_restart_keeps_submitted_jobs(cluster):
     async def submit_and_watch():
         async with Client(folder) as c:
             job = await c.submit(synthetic("durable", n, 1.0))
-            await await_for(lambda: any(a[A_JOB] == job and a[A_OUTCOME] == "done" for a in attempts(folder)),
+            await await_until(lambda: any(a[A_JOB] == job and a[A_OUTCOME] == "done" for a in attempts(folder)),
                             15, "a first finished attempt")
             return job, job in c.inbox.finished
 
@@ -370,13 +351,13 @@ def test_rm_restart_keeps_submitted_jobs(cluster):
     assert job_state(folder, job) == "running"
     old_rm = pids_of(folder)["rm0"]
     os.kill(old_rm, signal.SIGKILL)
-    wait_for(lambda: _gone(old_rm), 5, "the killed RM to be gone")
+    wait_until(lambda: _gone(old_rm), 5, "the killed RM to be gone")
     new_rm = restart_process(folder, "rm", 0)
     cluster.note(folder)
     assert new_rm != old_rm and pids_of(folder)["rm0"] == new_rm
 
     # the JobDone may have gone to the old client: the store says how the job ended
-    wait_for(lambda: job_state(folder, job) == "done", 30,
+    wait_until(lambda: job_state(folder, job) == "done", 30,
              f"job {job} to be 'done' in jobs.db after the RM restart (it is {job_state(folder, job)!r})")
 
     async def second():
@@ -387,7 +368,7 @@ def test_rm_restart_keeps_submitted_jobs(cluster):
     j2, d2 = run(second())
     assert j2 != job, f"the restarted RM reused job id {job}"
     assert d2.ok and d2.tasks_done == 4, d2
-    wait_for(lambda: job_state(folder, j2) == "done", 10, f"job {j2} to be 'done' in jobs.db")
+    wait_until(lambda: job_state(folder, j2) == "done", 10, f"job {j2} to be 'done' in jobs.db")
     assert_all_alive(folder)
 
 
@@ -403,7 +384,7 @@ def test_rm_restart_after_every_job_finished_does_not_reuse_job_ids(cluster):
     assert d1.ok
     old_rm = pids_of(folder)["rm0"]
     os.kill(old_rm, signal.SIGKILL)
-    wait_for(lambda: _gone(old_rm), 5, "the killed RM to be gone")
+    wait_until(lambda: _gone(old_rm), 5, "the killed RM to be gone")
     restart_process(folder, "rm", 0)
     cluster.note(folder)
     j2, d2 = run(one("second"))
@@ -423,7 +404,7 @@ def test_cluster_down_leaves_no_process(cluster):
             j = await c.submit(synthetic("quick", 4, 0.05))
             d = await c.wait(j, 20)
             await c.submit(sleeper)            # still running when the cluster goes down
-            await await_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 10,
+            await await_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 10,
                             "the command task to start")
             return d
 
@@ -435,11 +416,11 @@ def test_cluster_down_leaves_no_process(cluster):
     assert not any(_gone(p) for p in pids.values())
     lines = down(folder)
     assert len(lines) == 5 and all(line.endswith("stopped") for line in lines), lines
-    wait_for(lambda: all(_gone(p) for p in pids.values()), 10, "every cluster process to be gone")
+    wait_until(lambda: all(_gone(p) for p in pids.values()), 10, "every cluster process to be gone")
     for p in pids.values():
         with pytest.raises(ProcessLookupError):
             os.kill(p, 0)
-    wait_for(lambda: _gone(task_pid), 10, f"the running task's process {task_pid} to be gone")
+    wait_until(lambda: _gone(task_pid), 10, f"the running task's process {task_pid} to be gone")
     assert not list(folder.glob("ready-*"))
     assert not any(r["alive"] for r in status(folder)["processes"])
 

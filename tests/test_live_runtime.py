@@ -1,7 +1,6 @@
 """LiveRuntime: the real actors on asyncio and TCP (loopback only), and the executor."""
 import asyncio
 import logging
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,17 +18,12 @@ from jm.state import JmConfig
 from pn.state import PnConfig, PnState
 from rm.state import RmConfig, RmState
 from rm.store import MemoryJobStore
+from helpers import await_holds_for, await_until
+
+pytestmark = pytest.mark.live
 
 SECRET = b"live-runtime-test-secret"
 SERVERS, RACKS = 4, 2
-
-
-async def wait_until(pred, timeout=5.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 class Client:
@@ -97,7 +91,7 @@ async def test_end_to_end_job_in_one_process(tmp_path):
     await rt.start(listen_port=0)
     try:
         rt.inject("rm", SubmitJob(-1, two_stage_job(), "client"))
-        await wait_until(lambda: client.done, timeout=8, what="JobDone")
+        await await_until(lambda: client.done, timeout=8, what="JobDone")
         check_job(client, rec, tmp_path)
         assert rt.errors == 0
         # JmHost, like every actor, is handed Start; it answers with a warning (so does the sim)
@@ -136,11 +130,11 @@ async def test_end_to_end_across_runtimes_over_tcp(tmp_path):
     await c.start(listen_port=None)
     try:
         c.inject("rm", SubmitJob(-1, two_stage_job(), "client:ab12"))
-        await wait_until(lambda: client.done, timeout=8, what="JobDone")
+        await await_until(lambda: client.done, timeout=8, what="JobDone")
         check_job(client, rec_a, tmp_path / "b")
         assert b.local_messages == 0 and c.local_messages == 0   # everything they sent went over TCP
         # JobAccepted, then JobDone twice: the JM host's own and the RM's copy (with its next tick)
-        await wait_until(lambda: c.node.frames_in >= 3, timeout=3, what="the RM's copy of JobDone")
+        await await_until(lambda: c.node.frames_in >= 3, timeout=3, what="the RM's copy of JobDone")
         assert a.node.frames_in > 0 and b.node.frames_in > 0 and c.node.frames_in == 3
         assert b.node.frames_out > b.node.writes                   # batched
         assert sorted(p[1] for p in a.node.peers()) == ["", b.address]   # one connection per pair
@@ -160,12 +154,12 @@ async def test_a_killed_pn_is_declared_dead_and_its_tasks_rerun_elsewhere(tmp_pa
     await rt.start()
     try:
         rt.inject("rm", SubmitJob(-1, two_stage_job(map_s=1.0), "client"))
-        await wait_until(lambda: any(pn.running for pn in pns), what="tasks running")
+        await await_until(lambda: any(pn.running for pn in pns), what="tasks running")
         victim = next(s for s, pn in enumerate(pns) if pn.running)
         lost = len(pns[victim].running)
         rt.remove(f"pn:{victim}")                      # the server dies with its tasks
         assert not any(k[0] == f"pn:{victim}" for k in rt.executor.running)
-        await wait_until(lambda: client.done, timeout=8, what="JobDone")
+        await await_until(lambda: client.done, timeout=8, what="JobDone")
         check_job(client, rec, tmp_path)
         assert rm.alive[victim] == 0
         failed = [a for a in rec.attempts if a[10] == "failed"]
@@ -183,7 +177,7 @@ def test_end_to_end_on_uvloop(tmp_path):
         await rt.start()
         try:
             rt.inject("rm", SubmitJob(-1, two_stage_job(), "client"))
-            await wait_until(lambda: client.done, timeout=8, what="JobDone")
+            await await_until(lambda: client.done, timeout=8, what="JobDone")
             check_job(client, rec, tmp_path)
             return type(asyncio.get_running_loop()).__module__
         finally:
@@ -225,7 +219,7 @@ async def test_local_sends_are_asynchronous_and_in_order(tmp_path):
     rt.add("b", b, start=False)
     await rt.start()
     try:
-        await wait_until(lambda: len(b.seen) == 100 and len(a.seen) == 2)
+        await await_until(lambda: len(b.seen) == 100 and len(a.seen) == 2)
         assert [m.job_id for m, _ in b.seen] == list(range(100))
         assert a.max_depth == 1 and b.max_depth == 1          # a send to itself is not re-entrant
         assert a.seen[1][0] == JobDemand(999, 0)
@@ -247,8 +241,7 @@ async def test_timers_fire_replace_and_cancel(tmp_path):
     rt.add("p", p)
     await rt.start()
     try:
-        await wait_until(lambda: len(p.seen) == 3)
-        await asyncio.sleep(0.1)
+        await await_until(lambda: len(p.seen) == 3 and not rt.timers, what="the two timers fired, no other left")
         keys = [ev.key for ev, _ in p.seen[1:]]
         assert keys == ["x", ("k", 1)]
         assert 0.04 <= p.seen[1][1] < 1.0
@@ -271,7 +264,7 @@ async def test_an_actor_exception_drops_that_event_only(tmp_path, caplog):
     try:
         for i in range(4):
             rt.inject("p", JobDemand(i, 0))
-        await wait_until(lambda: len(p.seen) == 4)
+        await await_until(lambda: len(p.seen) == 4)
         assert rt.errors == 1
         assert "boom" in caplog.text and "Traceback" in caplog.text
     finally:
@@ -286,7 +279,7 @@ async def test_spawn_and_log_effects(tmp_path):
     rt.add("p", p)
     await rt.start()
     try:
-        await wait_until(lambda: child.seen)
+        await await_until(lambda: child.seen)
         assert type(child.seen[0][0]) is Start
         assert ("hello", (1, 2)) in logged
         assert "child:1" in rt.node.hosted
@@ -317,13 +310,13 @@ async def test_persist_runs_before_later_effects_and_a_failed_write_stops_them(t
     await rt.start()
     try:
         rt.inject("p", SubmitJob(5, spec, "sink"))
-        await wait_until(lambda: any(type(ev) is JobAccepted for ev, _ in sink.seen))
+        await await_until(lambda: any(type(ev) is JobAccepted for ev, _ in sink.seen))
         assert [j.job_id for j in store.unfinished()] == [5]
         store.fail = True
         rt.inject("p", SubmitJob(6, spec, "sink"))
-        await wait_until(lambda: rt.errors == 1)
-        await asyncio.sleep(0.05)
-        assert [ev.job_id for ev, _ in sink.seen if type(ev) is JobAccepted] == [5]
+        await await_until(lambda: rt.errors == 1)
+        await await_holds_for(lambda: [ev.job_id for ev, _ in sink.seen if type(ev) is JobAccepted] == [5], 0.05,
+                              "no JobAccepted for job 6")
         assert "disk full" in caplog.text
     finally:
         await rt.stop()
@@ -338,7 +331,7 @@ async def test_remote_message_to_an_unknown_address_is_logged(tmp_path):
     try:
         b.add_route("ghost", a.address)
         b.inject("ghost:3", JobDemand(1, 0))
-        await wait_until(lambda: a.unknown == 1)
+        await await_until(lambda: a.unknown == 1)
         assert logged[0][0] == "warn" and "ghost:3" in logged[0][1][0]
     finally:
         await a.stop()
@@ -388,7 +381,7 @@ async def test_command_tasks_exit_codes_output_env_cwd_and_timeouts(tmp_path):
            Launch(spec(1, ["sh", "-c", "echo oops >&2; exit 3"]), 0),
            Launch(spec(2, ["sleep", "30"], timeout=0.2), 0),
            Launch(spec(3, ["/no/such/binary"]), 0))
-        await wait_until(lambda: len(pn.exits) == 4)
+        await await_until(lambda: len(pn.exits) == 4)
         by = {ev.task_key[1]: ev for ev, _ in pn.exits}
         assert by[0].ok and by[0].exit_code == 0 and by[0].detail == ""
         assert (tmp_path / "work" / "7-0-1.out").read_text() == f"out-bar\n{tmp_path / 'elsewhere'}\n"
@@ -405,7 +398,7 @@ async def test_stderr_detail_is_the_last_2000_bytes(tmp_path):
     rt, pn, do = await runtime_with_pn(tmp_path)
     try:
         do(Launch(spec(0, ["sh", "-c", "head -c 5000 /dev/zero | tr '\\0' a >&2; echo END >&2; exit 1"]), 0))
-        await wait_until(lambda: pn.exits)
+        await await_until(lambda: pn.exits)
         d = pn.exits[0][0].detail
         assert len(d) == 2000 and d.endswith("aEND\n")
     finally:
@@ -417,7 +410,7 @@ async def test_memory_limit_applies_to_command_tasks(tmp_path):
     try:
         probe = ["sh", "-c", "ulimit -v"]
         do(Launch(spec(0, probe), 0), Launch(spec(1, probe, mem_limit=False), 0))
-        await wait_until(lambda: len(pn.exits) == 2)
+        await await_until(lambda: len(pn.exits) == 2)
         assert (tmp_path / "7-0-1.out").read_text().strip() == str(2 * 2 ** 20)   # 2 GB, in KiB
         assert (tmp_path / "7-1-1.out").read_text().strip() != str(2 * 2 ** 20)
     finally:
@@ -430,14 +423,14 @@ async def test_kill_stops_a_subprocess_and_a_timer_and_no_exit_follows(tmp_path)
         do(Launch(spec(0, ["sh", "-c", "echo started; sleep 30"]), 0),
            Launch(spec(1, dur=30.0), 0),
            Launch(spec(2, dur=0.0), 0))
-        await wait_until(lambda: (tmp_path / "7-0-1.out").exists()
+        await await_until(lambda: (tmp_path / "7-0-1.out").exists()
                          and (tmp_path / "7-0-1.out").read_text() == "started\n")
         proc = rt.executor.running[("pn:0", (7, 0, 1))].proc
         do(Kill((7, 0, 1)), Kill((7, 1, 1)))
         await asyncio.wait_for(proc.wait(), 3)
-        await wait_until(lambda: pn.exits)
-        await asyncio.sleep(0.1)
-        assert [ev.task_key for ev, _ in pn.exits] == [(7, 2, 1)]     # only the one not killed
+        await await_until(lambda: pn.exits)
+        await await_holds_for(lambda: [ev.task_key for ev, _ in pn.exits] == [(7, 2, 1)], 0.1,
+                              "only the one not killed exits")
         assert not rt.executor.running and rt.executor.killed == 2
     finally:
         await rt.stop()
@@ -451,7 +444,7 @@ async def test_synthetic_task_time_is_duration_plus_io_over_speedup(tmp_path):
     try:
         t0 = rt.now
         do(Launch(spec(0, dur=0.3, in_bytes=2e5), REMOTE))
-        await wait_until(lambda: pn.exits)
+        await await_until(lambda: pn.exits)
         ev, t = pn.exits[0]
         assert ev.ok and ev.exit_code == 0
         assert 0.28 <= t - t0 < 1.0
@@ -463,12 +456,11 @@ async def test_removing_an_actor_kills_its_tasks_and_timers(tmp_path):
     rt, pn, do = await runtime_with_pn(tmp_path)
     try:
         do(Launch(spec(0, ["sleep", "30"]), 0), SetTimer(0.05, "t"))
-        await wait_until(lambda: ("pn:0", (7, 0, 1)) in rt.executor.running
+        await await_until(lambda: ("pn:0", (7, 0, 1)) in rt.executor.running
                          and rt.executor.running[("pn:0", (7, 0, 1))].proc is not None)
         proc = rt.executor.running[("pn:0", (7, 0, 1))].proc
         rt.remove("pn:0")
         await asyncio.wait_for(proc.wait(), 3)
-        await asyncio.sleep(0.1)
-        assert pn.exits == [] and not rt.timers
+        await await_holds_for(lambda: pn.exits == [] and not rt.timers, 0.1, "no exit and no timer (its was 0.05 s)")
     finally:
         await rt.stop()

@@ -1,12 +1,15 @@
 """The sharing plane on a live cluster (real processes on 127.0.0.1): admission waits with a
 place in line, an unknown queue refused, and a queue taking its guarantee back by preemption."""
 import asyncio
+import json
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from apollo import Client
 from apollo.livecluster import down, up
@@ -14,11 +17,24 @@ from apollo.replay import read_events
 from apollo.records import A_JOB, A_OPP, A_OUTCOME
 from apollo.runtime.live import run
 from apollo.spec import JobSpec, StageSpec
+from helpers import await_until, wait_until
+
+pytestmark = pytest.mark.live
 
 
 def apollo(*args, timeout=60):
     return subprocess.run([sys.executable, "-m", "apollo.cli", *args], capture_output=True, text=True,
                           timeout=timeout)
+
+
+def api(folder, path: str) -> dict:
+    """The RM's HTTP face (/api/...) of the cluster in ``folder``."""
+    http = json.loads((Path(folder) / "cluster.json").read_text())["http"]
+    return json.loads(urllib.request.urlopen(f"http://{http}{path}", timeout=5).read())
+
+
+def running_tasks(folder) -> int:
+    return api(folder, "/api/cluster")["tasks"]["running"]
 
 
 def job_file(path, name, queue, user, tasks=1, cmd='["sleep", "30"]'):
@@ -43,13 +59,9 @@ def test_admission_waits_with_its_place_and_an_unknown_queue_is_refused(tmp_path
         assert "submitted job 0" in r.stdout and "waiting" not in r.stdout, r.stdout + r.stderr
         r = apollo("submit", "--cluster", folder, job_file(tmp_path / "b.toml", "second", "batch", "bob"))
         assert "submitted job 1" in r.stdout and "waiting in queue batch at position 1" in r.stdout, r.stdout
-        deadline = time.monotonic() + 10
-        while True:          # the RM stores the line at its next round
-            r = apollo("job", "1", "--cluster", folder)
-            if "waiting for admission in queue batch at position 1" in r.stdout or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert "waiting for admission in queue batch at position 1" in r.stdout, r.stdout + r.stderr
+        # the RM stores the line at its next round
+        wait_until(lambda: "waiting for admission in queue batch at position 1"
+                   in apollo("job", "1", "--cluster", folder).stdout, 10, "job 1 shown waiting at position 1", 0.2)
         r = apollo("queues", "--cluster", folder)
         line = next(x for x in r.stdout.splitlines() if x.strip().startswith("batch"))
         assert line.split()[5:8] == ["1", "1", "job"], r.stdout           # running 1, waiting 1: job 1
@@ -79,7 +91,8 @@ def test_a_queue_takes_its_guarantee_back_by_preemption(tmp_path):
         async def main():
             async with Client(folder) as c:
                 a = await c.submit(alice)
-                await asyncio.sleep(2.0)     # alice runs on all four cores (bob's idle half is lent)
+                # alice runs on all four cores (bob's idle half is lent)
+                await await_until(lambda: running_tasks(folder) == 4, 20, "alice's tasks on all four cores", 0.1)
                 t0 = time.monotonic()
                 b = await c.submit(bob)
                 done = await c.wait(b, 30)
@@ -90,13 +103,10 @@ def test_a_queue_takes_its_guarantee_back_by_preemption(tmp_path):
         assert done.ok, done.reason
         # 1 s reclaim timeout + 1 s tasks (+ start-up and the RM's rounds): far below alice's 60 s
         assert took < 10.0, took
-        deadline = time.monotonic() + 10
-        while True:
-            killed = [r for r in read_events(folder).attempts if r[A_JOB] == a and r[A_OUTCOME] == "preempted"]
-            if len(killed) >= 2 or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        assert len(killed) == 2, killed            # b was short 2 cores: exactly 2 killed
+        def killed():
+            return [r for r in read_events(folder).attempts if r[A_JOB] == a and r[A_OUTCOME] == "preempted"]
+        wait_until(lambda: len(killed()) >= 2, 10, "two of alice's attempts recorded preempted", 0.1)
+        assert len(killed()) == 2, killed()        # b was short 2 cores: exactly 2 killed
     finally:
         down(folder)
 
@@ -106,27 +116,23 @@ def test_a_queue_takes_its_guarantee_back_by_preemption(tmp_path):
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "queues"
 
 
-def _scenario(tmp_path, queues, big, small, late_s=5.0):
-    """A long job holds the cluster (16 PNs x 2 cores, apollo); ``late_s`` later a short one
-    arrives in a queue owed a share. -> (seconds the short job took, its JobDone, the RM's
-    records, the short job's id, the big job's id, the most CPUs /api/queues showed held)."""
+def _scenario(tmp_path, queues, big, small):
+    """A long job holds the cluster (16 PNs x 2 cores, apollo); then a short one arrives in a
+    queue owed a share. -> (seconds the short job took, its JobDone, the RM's records, the short
+    job's id, the big job's id, the most CPUs /api/queues showed held)."""
     folder = tmp_path / "c"
     up(folder, pns=16, racks=4, procs=2, cpus=2.0, scheduler="apollo", queues=str(queues), timeout_s=30.0)
     try:
-        http = __import__("json").loads((folder / "cluster.json").read_text())["http"]
         most = [0.0]
 
         def poll_held():
-            import json as js
-            import urllib.request
-            q = js.loads(urllib.request.urlopen(f"http://{http}/api/queues", timeout=5).read())
-            root = next(r for r in q["queues"] if r["parent"] is None)
+            root = next(r for r in api(folder, "/api/queues")["queues"] if r["parent"] is None)
             most[0] = max(most[0], root["holding_cores"])
 
         async def main():
             async with Client(folder) as c:
                 a = await c.submit(big)
-                await asyncio.sleep(late_s)
+                await await_until(lambda: running_tasks(folder) >= 32, 30, "the long job on every core", 0.2)
                 t0 = time.monotonic()
                 b = await c.submit(small)
                 assert c.position(b) is None       # admitted at once: its queue holds less than it is owed
@@ -138,8 +144,12 @@ def _scenario(tmp_path, queues, big, small, late_s=5.0):
                 c.cancel(a)
                 return a, b, waiting.result(), took
         a, b, done, took = run(main())
-        time.sleep(1.0)                            # the last records reach the event files
-        return took, done, read_events(folder), a, b, most[0]
+
+        def records_of_b():                        # the last records reach the event files
+            rec = read_events(folder)
+            return rec if sum(r[A_JOB] == b and r[A_OUTCOME] == "done" for r in rec.attempts) >= small.total_tasks \
+                else None
+        return took, done, wait_until(records_of_b, 10, "the short job's attempts in the event files"), a, b, most[0]
     finally:
         down(folder)
 
