@@ -1,4 +1,5 @@
-import os
+"""Fixtures and settings every test shares. The tiers (markers ``live`` and ``slow``, declared in
+pyproject.toml): ``pytest -m "not live and not slow"`` is the edit-test loop; ``pytest`` runs all."""
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,24 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _every_simulated_actor_validated():
+    """Every seeded simulation a test runs, whoever builds it (SimConfig, build(), a bench, a
+    SimRuntime of the test's own), calls every actor's validate() after every event it handles.
+    validate() only reads, so reports stay what they are. (Simulations in a subprocess, as the
+    compiled modules' test runs, are not covered: they ask for it themselves.)"""
+    from apollo.runtime.sim import SimRuntime
+    init = SimRuntime.__init__
+
+    def checked(self, *args, **kw):
+        init(self, *args, **{**kw, "check": True})
+    SimRuntime.__init__ = checked
+    try:
+        yield
+    finally:
+        SimRuntime.__init__ = init
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 

@@ -1,4 +1,5 @@
-"""Seeded end-to-end simulations through the real actors."""
+"""Seeded end-to-end simulations through the real actors (every actor's validate() after every
+event: conftest.py)."""
 import json
 
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 from apollo.simulate import SimConfig, run_simulation
 from apollo.spec import JobSpec, StageSpec, Workload
 from apollo.workloads import load_workload
+from helpers import profiles
 
 
 def strip(report):
@@ -19,10 +21,10 @@ def small(seed=0):
     return load_workload("dag:jobs=12", seed=seed)
 
 
-@pytest.mark.parametrize("sched", ["apollo", "greedy", "random", "fifo"])
+@pytest.mark.parametrize("sched", profiles())
 def test_every_job_completes_under_every_scheduler(sched):
     w = small()
-    r = run_simulation(w, SimConfig(servers=30, racks=3, scheduler=sched, seed=3))
+    r = run_simulation(w, SimConfig(servers=30, racks=3, scheduler=sched, seed=3, check=True))
     assert r["jobs"] == {"submitted": 12, "completed": 12, "failed": 0, "refused": 0}
     assert r["tasks"]["completed"] == w.total_tasks
     assert set(r) >= {"schema", "mode", "workload", "cluster", "scheduler", "jobs", "tasks",
@@ -30,8 +32,9 @@ def test_every_job_completes_under_every_scheduler(sched):
                       "utilization", "fairness", "throughput", "sim_time_s"}
 
 
-def test_same_seed_same_report_and_wire_changes_nothing():
-    cfg = SimConfig(servers=30, racks=3, seed=5, fail_prob=0.05)
+@pytest.mark.parametrize("sched", profiles())
+def test_same_seed_same_report_and_wire_changes_nothing(sched):
+    cfg = SimConfig(servers=30, racks=3, seed=5, fail_prob=0.05, scheduler=sched)
     a = run_simulation(small(1), cfg)
     b = run_simulation(small(1), cfg)
     assert strip(a) == strip(b)
@@ -40,11 +43,12 @@ def test_same_seed_same_report_and_wire_changes_nothing():
     assert strip(c).replace('"wire": false', '"wire": true') == strip(a)
 
 
-def test_pn_crashes_and_task_failures_still_complete_every_job():
+@pytest.mark.parametrize("sched", profiles())
+def test_pn_crashes_and_task_failures_still_complete_every_job(sched):
     w = load_workload("heavytail:jobs=30", seed=2)
     crashes = [(5.0, s, 200.0) for s in range(0, 12, 2)] + [(30.0, 1, 5.0)]
     r = run_simulation(w, SimConfig(servers=24, racks=4, seed=2, crashes=crashes, fail_prob=0.02,
-                                    liveness_s=5.0))
+                                    liveness_s=5.0, scheduler=sched))
     assert r["jobs"]["completed"] == 30 and r["jobs"]["failed"] == 0
     assert r["tasks"]["failed"] > 0
 
@@ -130,6 +134,32 @@ def test_long_tasks_probed_while_running_still_complete():
     repeats what the JM knew (this once raised IllegalTransition and stopped the run)."""
     r = run_simulation(load_workload("heavytail:jobs=300", seed=1), SimConfig(servers=300, racks=10, seed=1))
     assert r["jobs"] == {"submitted": 300, "completed": 300, "failed": 0, "refused": 0}
+
+
+def test_a_simulation_in_a_test_validates_every_actor_after_every_event():
+    """conftest.py turns the check on for every SimRuntime, whoever builds it: an actor whose
+    invariant breaks stops the run at the event that broke it."""
+    from apollo.runtime.sim import SimRuntime
+    from apollo.messages import KillTask
+
+    class Broken:
+        def __init__(self):
+            self.events = 0
+
+        def handle(self, event, now, rng):
+            self.events += 1
+            return []
+
+        def validate(self):
+            assert self.events < 2, "broken after its second event"
+
+    rt = SimRuntime(seed=1)
+    assert rt.check
+    rt.add("b", Broken(), start=False)
+    for i in range(3):
+        rt.inject("b", KillTask(1, i, 0))
+    with pytest.raises(AssertionError, match="second event"):
+        rt.run()
 
 
 def test_attempt_log_reads_back_the_rows_it_packed(monkeypatch):
