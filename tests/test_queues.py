@@ -833,4 +833,5 @@ def test_two_thousand_jobs_validate():
     for cap in (80000.0, 1600.0):
         s = Snapshot(500.0, cap, tuple(jobs))
         a = pol.allocate(s)
-        pol.validate(s, a)
+        pol.validate(s, a)                          # raises on a broken invariant
+        assert a.tokens and sum(a.tokens.values()) <= cap, (len(a.tokens), sum(a.tokens.values()), cap)
