@@ -25,6 +25,7 @@ S = TaskState
 TRANSITIONS: dict[tuple[TaskState, str], TaskState] = {
     (S.PENDING, "inputs_ready"): S.READY,
     (S.PENDING, "kill"): S.KILLED,
+    (S.PENDING, "done_before"): S.DONE,    # finished under an earlier home of the job (a JM adopting it)
     (S.READY, "dispatch"): S.DISPATCHED,
     (S.READY, "kill"): S.KILLED,
     (S.DISPATCHED, "start"): S.RUNNING,

@@ -70,7 +70,7 @@ def test_a_duplicate_that_starts_first_wins_and_the_first_is_killed():
     out = j.handle(status(dsrv, dup.attempt, TaskState.RUNNING, t0=5.1), 5.1, Rng())
     assert kills(out) == [(srv, first.attempt)]
     assert records(out) == [(first.attempt, 0, "lost")]
-    assert j.attempt[0] == dup.attempt and j.server[0] == dsrv and j.state[0] == TaskState.RUNNING
+    assert j.tasks.attempt[0] == dup.attempt and j.tasks.server[0] == dsrv and j.tasks.state[0] == TaskState.RUNNING
     j.validate()
     out = j.handle(status(dsrv, dup.attempt, TaskState.DONE, t0=5.1, t1=7.0), 7.0, Rng())
     assert records(out)[0] == (dup.attempt, AttemptKind.DUPLICATE, "done") and j.finished and j.done == 1
@@ -83,7 +83,7 @@ def test_a_duplicate_is_discarded_when_the_first_starts():
     out = j.handle(status(srv, first.attempt, TaskState.RUNNING, t0=5.2), 5.2, Rng())
     assert kills(out) == [(dsrv, dup.attempt)]
     assert records(out) == [(dup.attempt, AttemptKind.DUPLICATE, "lost")]
-    assert not j.extra and j.state[0] == TaskState.RUNNING
+    assert not j.attempts.extra and j.tasks.state[0] == TaskState.RUNNING
     j.validate()
     # the PN's word that it killed the duplicate is news of nothing
     assert not j.handle(status(dsrv, dup.attempt, TaskState.KILLED, t1=5.3), 5.3, Rng())
@@ -112,11 +112,11 @@ def test_a_task_without_peers_is_never_judged_a_straggler():
     j, out = one_task_job()
     (srv, first), = sent(out)
     j.handle(status(srv, first.attempt, TaskState.RUNNING, t0=0.0), 0.1, Rng())
-    assert np.isinf(j.check_t[0])
+    assert np.isinf(j.tasks.check_t[0])
     # (the silence watchdog may still ask where it is; no copy comes of the answer)
     out = j.handle(status(srv, first.attempt, TaskState.RUNNING, t0=0.0, detail="probed", progress=0.01), 500.0,
                    Rng())
-    assert not sent(out) and not j.extra
+    assert not sent(out) and not j.attempts.extra
 
 
 def test_greedy_makes_no_duplicates():
@@ -148,16 +148,16 @@ def straggling(j, srv, first, now, progress):
 
 def test_a_straggler_gets_a_copy_and_the_copy_that_finishes_first_wins():
     j, srv, first = peers_job()
-    used = j.used_tokens
+    used = j.tasks.used_tokens
     out = straggling(j, srv, first, 8.0, progress=0.1)   # 8 s for 10%: 72 s left, a copy takes ~2 s
     (csrv, copy), = sent(out)
     assert copy.kind == AttemptKind.COPY and csrv != srv
-    assert j.used_tokens == used + 1                    # a copy holds a token of the job's
+    assert j.tasks.used_tokens == used + 1                    # a copy holds a token of the job's
     j.validate()
     out = j.handle(status(csrv, copy.attempt, TaskState.DONE, t0=8.0, t1=10.5), 10.5, Rng())
     assert kills(out) == [(srv, first.attempt)]
     assert sorted(records(out)) == sorted([(first.attempt, 0, "lost"), (copy.attempt, AttemptKind.COPY, "done")])
-    assert j.finished and j.done == 2 and j.used_tokens == 0
+    assert j.finished and j.done == 2 and j.tasks.used_tokens == 0
     j.validate()
 
 
@@ -165,7 +165,7 @@ def test_no_copy_for_a_task_on_its_way():
     j, srv, first = peers_job()
     out = straggling(j, srv, first, 8.0, progress=0.9)
     assert not sent(out)
-    assert j.check_t[0] > 8.0 and np.isfinite(j.check_t[0])     # looked at again later
+    assert j.tasks.check_t[0] > 8.0 and np.isfinite(j.tasks.check_t[0])     # looked at again later
 
 
 def test_the_first_failing_hands_the_task_to_its_copy_not_to_a_retry():
@@ -173,7 +173,7 @@ def test_the_first_failing_hands_the_task_to_its_copy_not_to_a_retry():
     (csrv, copy), = sent(straggling(j, srv, first, 8.0, progress=0.05))
     out = j.handle(status(srv, first.attempt, TaskState.FAILED, t0=0.0, t1=9.0), 9.0, Rng())
     assert not sent(out) and not kills(out)
-    assert j.attempt[0] == copy.attempt and j.state[0] == TaskState.DISPATCHED and not j.extra
+    assert j.tasks.attempt[0] == copy.attempt and j.tasks.state[0] == TaskState.DISPATCHED and not j.attempts.extra
     j.validate()
     out = j.handle(status(csrv, copy.attempt, TaskState.DONE, t0=8.0, t1=11.0), 11.0, Rng())
     assert j.finished and j.done == 2
@@ -186,11 +186,11 @@ def test_a_duplicate_that_takes_over_the_task_is_probed_when_it_goes_silent():
     j, out = one_task_job()
     (srv, first), = sent(out)
     (dsrv, dup), = sent(queued_long(j, srv, first.attempt, 5.0))
-    assert np.isfinite(j._watch_at)             # the first attempt may go silent too
+    assert np.isfinite(j.watchdog.watch_at)             # the first attempt may go silent too
     j.handle(status(dsrv, dup.attempt, TaskState.RUNNING, t0=5.1), 5.1, Rng())
-    assert j.attempt[0] == dup.attempt
-    assert j._watch_at <= float(j._silence_limits(0))
-    later = float(j._silence_limits(0)) + 1.0
+    assert j.tasks.attempt[0] == dup.attempt
+    assert j.watchdog.watch_at <= float(j.watchdog.silence_limits(0))
+    later = float(j.watchdog.silence_limits(0)) + 1.0
     out = j.on_view(later, Rng())
     assert [(e.to, e.msg.attempt) for e in out if isinstance(e, Send) and isinstance(e.msg, ProbeTask)] == \
         [(f"pn:{dsrv}", dup.attempt)]
@@ -201,12 +201,12 @@ def test_clones_go_out_with_the_first_within_the_grant_and_the_first_to_finish_w
     got = sent(out)
     assert len(got) == 3 and len({s for s, _ in got}) == 3
     assert [t.kind for _, t in got].count(AttemptKind.CLONE) == 2
-    assert j.clone_used == 2.0
+    assert j.attempts.clone_used == 2.0
     j.validate()
     s2, c2 = got[2]
     out = j.handle(status(s2, c2.attempt, TaskState.DONE, t0=0.0, t1=2.2), 2.2, Rng())
     assert sorted(kills(out)) == sorted([(s, t.attempt) for s, t in got[:2]])
-    assert j.finished and j.clone_used == 0.0
+    assert j.finished and j.attempts.clone_used == 0.0
     j.validate()
 
 
@@ -331,7 +331,7 @@ def test_clones_granted_above_tau_run_at_low_priority_and_take_a_token_upgraded(
     out = j.handle(status(s0, first.attempt, TaskState.FAILED, t0=0.0, t1=0.5), 0.5, Rng())
     ups = [e for e in out if isinstance(e, Send) and type(e.msg).__name__ == "UpgradeTask"]
     assert [(int(u.to.split(":")[1]), u.msg.attempt) for u in ups] == [(s1, c.attempt)]
-    assert j.attempt[0] == c.attempt and j.used_tokens == 1.0 and j.clone_used == 0.0
+    assert j.tasks.attempt[0] == c.attempt and j.tasks.used_tokens == 1.0 and j.attempts.clone_used == 0.0
     j.validate()
 
 

@@ -182,7 +182,7 @@ def test_an_adopting_jm_takes_a_pn_s_attempts_once_even_if_the_answer_comes_twic
     again = host.handle(held, 1.02, Rng())                  # the network delivered it twice
     assert not sends(first + again, KillTask)
     jm = host.jms[1]
-    assert jm.state[0] == int(TaskState.RUNNING) and jm.attempt[0] == 1 and jm.used_tokens == 1.0
+    assert jm.tasks.state[0] == int(TaskState.RUNNING) and jm.tasks.attempt[0] == 1 and jm.tasks.used_tokens == 1.0
     from apollo.effects import Timer
     out = host.handle(Timer((1, "adopted")), 1.3, Rng())
     sent = [t.task for d in sends(out, Dispatch) for t in d.msg.tasks]

@@ -36,7 +36,7 @@ def dispatched(effects):
 
 
 def report(j, t, state, t0=0.0, t1=1.0, server=0, detail=""):
-    return StatusBatch(1, server, [TaskReport(1, t, int(j.attempt[t]), int(state), t0, t1, 0, detail)],
+    return StatusBatch(1, server, [TaskReport(1, t, int(j.tasks.attempt[t]), int(state), t0, t1, 0, detail)],
                        np.zeros(12, np.float32), t1)
 
 
@@ -93,7 +93,7 @@ def test_start_releases_roots_and_dispatches_within_tokens():
     d = dispatched(out)
     assert len(d) == 3                       # three tokens, no opportunistic allowance
     assert all(t.opportunistic is False for _, t in d)
-    assert int((j.state == TaskState.PENDING).sum()) == 1     # the reduce waits for the maps
+    assert int((j.tasks.state == TaskState.PENDING).sum()) == 1     # the reduce waits for the maps
     assert any(isinstance(e, Log) and e.kind == "decisions" for e in out)
     j.validate()
 
@@ -102,7 +102,7 @@ def test_tasks_prefer_their_replicas():
     j, out = jm(mapred(maps=4))
     for to, t in dispatched(out):
         s = int(to.split(":")[1])
-        st = j.stages[0]
+        st = j.tasks.stages[0]
         if t.stage == 0:
             assert t.locality == NODE and s in st.reps[t.task].tolist()
 
@@ -129,9 +129,9 @@ def test_status_done_completes_stage_releases_reduce_and_job():
 
 def test_runtime_estimate_refined_from_finished_tasks():
     j, _ = jm(mapred(maps=2))
-    before = j.stages[0].est_runtime
+    before = j.tasks.stages[0].est_runtime
     j.handle(report(j, 0, TaskState.DONE, 0.0, 50.0), 50.0, Rng())
-    assert j.stages[0].est_runtime > before
+    assert j.tasks.stages[0].est_runtime > before
 
 
 def test_failure_retries_elsewhere_then_fails_job():
@@ -156,12 +156,12 @@ def test_stale_attempt_reports_are_ignored():
 def test_preempted_task_requeued_without_counting_a_failure():
     j, _ = jm(mapred(maps=1))
     out = j.handle(report(j, 0, TaskState.READY, detail="preempted"), 1.0, Rng())
-    assert j.failures[0] == 0 and dispatched(out)[0][1].attempt == 2
+    assert j.tasks.failures[0] == 0 and dispatched(out)[0][1].attempt == 2
 
 
 def test_lost_server_tasks_rerun():
     j, out = jm(mapred(maps=2))
-    victim = int(j.server[0])
+    victim = int(j.tasks.server[0])
     j.view.alive[victim] = False
     out = j.on_view(5.0, Rng(), np.array([victim]))
     re = [t for to, t in dispatched(out)]
@@ -206,7 +206,7 @@ def test_dag_priorities_follow_critical_path():
     b = StageSpec("b", 1, np.array([100.0]), depends_on=("a",))
     c = StageSpec("c", 1, np.array([1.0]))
     j, _ = jm(JobSpec("dag", [a, b, c]))
-    pr = {s.spec.name: s.priority for s in j.stages}
+    pr = {s.spec.name: s.priority for s in j.tasks.stages}
     assert pr["a"] > pr["c"] and pr["a"] == pytest.approx(101.0)
 
 
@@ -216,7 +216,7 @@ def _one_token_pass(policy):
     v = view(wait=5.0)
     j = JmState(1, spec, 0, 0.0, JmConfig(topology=TOPO, policy=policy, defer_s=0.0, opportunistic=False), v)
     j.start(0.0, Rng())
-    reps = j.stages[0].reps
+    reps = j.tasks.stages[0].reps
     free = int(reps[5][0])
     v.matrices[free] = 0.0
     return j, j.handle(TokenGrant(1, 1), 0.0, Rng()), free
@@ -225,7 +225,7 @@ def _one_token_pass(policy):
 def test_lookahead_spends_a_lone_token_on_the_task_with_an_idle_local_server():
     j, out, free = _one_token_pass("apollo")
     assert dispatched(out) == [(f"pn:{free}", dispatched(out)[0][1])]
-    assert dispatched(out)[0][1].task == 5 and j.locality[5] == NODE
+    assert dispatched(out)[0][1].task == 5 and j.tasks.locality[5] == NODE
     j.validate()
     g, out, _ = _one_token_pass("greedy")           # greedy takes the next task in line
     assert [t.task for _, t in dispatched(out)] == [0]
@@ -236,7 +236,7 @@ def test_apollo_defers_rather_than_queue_behind_a_long_wait_when_a_server_is_idl
     v = view(wait=60.0)
     j = JmState(1, spec, 0, 0.0, JmConfig(topology=TOPO), v)
     j.start(0.0, Rng())
-    cand = set(j.stages[0].reps[0].tolist())
+    cand = set(j.tasks.stages[0].reps[0].tolist())
     idle = next(s for s in range(20) if TOPO.rack_of[s] not in {TOPO.rack_of[c] for c in cand})
     v.matrices[idle] = 0.0
     v.lightly_loaded = np.array([idle], dtype=np.int32)
@@ -258,7 +258,7 @@ def test_apollo_names_the_idle_server_instead_of_holding_the_task_for_it():
         v = view(wait=60.0)
         j = JmState(1, spec, 0, 0.0, JmConfig(topology=TOPO), v)
         j.start(0.0, Rng(seed))
-        cand = set(j.stages[0].reps[0].tolist())
+        cand = set(j.tasks.stages[0].reps[0].tolist())
         idle = next(s for s in range(20) if TOPO.rack_of[s] not in {TOPO.rack_of[c] for c in cand})
         v.matrices[idle] = 0.0
         busy = [s for s in range(20) if TOPO.rack_of[s] != TOPO.rack_of[idle]][:9]
@@ -274,7 +274,7 @@ def test_an_attempt_not_heard_of_is_probed_and_placed_again_if_its_server_lost_i
     spec = JobSpec("m", [StageSpec("map", 1, np.full(1, 2.0))])
     j, out = jm(spec, policy="greedy")
     (to, t), = dispatched(out)                     # ... and this Dispatch is lost
-    limit = float(j._silence_limits(np.array([0]))[0])
+    limit = float(j.watchdog.silence_limits(np.array([0]))[0])
     assert not [e for e in j.on_view(limit - 1.0, Rng()) if isinstance(e, Send) and isinstance(e.msg, ProbeTask)]
     out = j.on_view(limit, Rng())
     probes = [e for e in out if isinstance(e, Send) and isinstance(e.msg, ProbeTask)]
@@ -298,12 +298,12 @@ def test_a_probed_attempt_that_is_running_stays():
     pn = PnState(int(to[3:]), PnConfig())
     pn.handle(Start(), 0.0, Rng())
     pn.handle(Dispatch(1, [task]), 0.0, Rng())      # started on arrival: no report yet
-    limit = float(j._silence_limits(np.array([0]))[0])
+    limit = float(j.watchdog.silence_limits(np.array([0]))[0])
     probe = next(e.msg for e in j.on_view(limit, Rng()) if isinstance(e, Send) and isinstance(e.msg, ProbeTask))
     answer = next(e.msg for e in pn.handle(probe, limit, Rng()) if isinstance(e, Send) and e.to == j.cfg.host)
     out = j.handle(answer, limit, Rng())
-    assert j.state[0] == TaskState.RUNNING and not dispatched(out)
-    assert j._watch_at > limit                      # next probe only after another quiet period
+    assert j.tasks.state[0] == TaskState.RUNNING and not dispatched(out)
+    assert j.watchdog.watch_at > limit                      # next probe only after another quiet period
 
 
 def jm_noinit(spec, tokens):
@@ -316,7 +316,7 @@ def jm_noinit(spec, tokens):
 def test_short_tasks_are_pipelined_behind_each_token_and_refilled_at_half():
     noop = JobSpec("noop", [StageSpec("s", 400, np.zeros(400))])
     j, out = jm_noinit(noop, tokens=4)
-    depth = j._depth(j.stages[0])
+    depth = j.tasks.depth(j.tasks.stages[0])
     assert depth == j.cfg.max_pipeline                 # 0 s tasks: the deepest pipeline
     sent = dispatched(out)
     assert len(sent) == 4 * depth                      # tokens x depth in flight
@@ -329,10 +329,10 @@ def test_short_tasks_are_pipelined_behind_each_token_and_refilled_at_half():
     ids = [t.task for _, t in sent]
     out = []
     for t in ids[:4]:
-        out += j.handle(report(j, t, TaskState.DONE, 1.0, 1.0, server=int(j.server[t])), 1.0, Rng())
+        out += j.handle(report(j, t, TaskState.DONE, 1.0, 1.0, server=int(j.tasks.server[t])), 1.0, Rng())
     assert dispatched(out) == []
     for t in ids[4:2 * depth]:                          # no-op tasks: 0 s each
-        out += j.handle(report(j, t, TaskState.DONE, 1.0, 1.0, server=int(j.server[t])), 1.0, Rng())
+        out += j.handle(report(j, t, TaskState.DONE, 1.0, 1.0, server=int(j.tasks.server[t])), 1.0, Rng())
     assert len(dispatched(out)) == 2 * depth           # half drained: refilled to tokens x depth
     j.validate()
 
@@ -340,11 +340,11 @@ def test_short_tasks_are_pipelined_behind_each_token_and_refilled_at_half():
 def test_depth_follows_the_expected_time_per_task():
     for seconds, depth in ((0.012, 5), (0.02, 3), (0.06, 1), (2.0, 1)):
         j, out = jm_noinit(JobSpec("s", [StageSpec("s", 50, np.full(50, seconds))]), tokens=4)
-        assert j._depth(j.stages[0]) == depth, seconds
+        assert j.tasks.depth(j.tasks.stages[0]) == depth, seconds
         assert len(dispatched(out)) == 4 * depth
     # The default 0.2 s start-up makes even a 0 s task too long to pipeline.
     j, out = jm(JobSpec("s", [StageSpec("s", 50, np.zeros(50))]), tokens=4)
-    assert j._depth(j.stages[0]) == 1 and len(dispatched(out)) == 4
+    assert j.tasks.depth(j.tasks.stages[0]) == 1 and len(dispatched(out)) == 4
 
 
 def test_host_takes_status_batches_as_a_list_or_one_by_one_alike():
@@ -362,8 +362,8 @@ def test_host_takes_status_batches_as_a_list_or_one_by_one_alike():
         for i, (job_id, task) in enumerate(sent):
             j = h.jms[job_id]
             m = np.full(12, 9.0 if i == len(sent) - 1 else 0.0, np.float32)
-            rep = TaskReport(job_id, task.task, int(j.attempt[task.task]), int(TaskState.DONE), 0.0, 1.0, 0, "")
-            out.append(StatusBatch(job_id, int(j.server[task.task]), [rep], m, 1.0 + i * 1e-3))
+            rep = TaskReport(job_id, task.task, int(j.tasks.attempt[task.task]), int(TaskState.DONE), 0.0, 1.0, 0, "")
+            out.append(StatusBatch(job_id, int(j.tasks.server[task.task]), [rep], m, 1.0 + i * 1e-3))
         return out
 
     a, sent_a = host_with_two_jobs()
@@ -388,10 +388,10 @@ def test_a_second_running_report_for_a_running_attempt_is_only_news_of_it():
     srv = int(to[3:])
     started = TaskReport(1, 0, task.attempt, int(TaskState.RUNNING), 1.0, 0.0, 0, "")
     j.handle(StatusBatch(1, srv, [started], np.zeros(12, np.float32), 1.0), 1.0, Rng())
-    assert j.state[0] == TaskState.RUNNING
+    assert j.tasks.state[0] == TaskState.RUNNING
     probed = TaskReport(1, 0, task.attempt, int(TaskState.RUNNING), 1.0, 0.0, 0, "probed")
     out = j.handle(StatusBatch(1, srv, [probed], np.zeros(12, np.float32), 50.0), 50.0, Rng())
-    assert j.state[0] == TaskState.RUNNING and j.start_t[0] == 1.0 and j.last_heard[0] == 50.0
+    assert j.tasks.state[0] == TaskState.RUNNING and j.tasks.start_t[0] == 1.0 and j.tasks.last_heard[0] == 50.0
     assert not dispatched(out)
     j.validate()
 
@@ -411,10 +411,10 @@ def test_the_first_view_that_knows_a_servers_boot_is_no_restart_of_it():
                            np.arange(n, dtype=np.int32))
     boots = np.linspace(0.1, 0.3, n)
     out = h.handle(view(0.5, boots), 0.5, Rng())
-    assert not dispatched(out) and all(h.jms[1].state[t] == TaskState.DISPATCHED for t in sent)
+    assert not dispatched(out) and all(h.jms[1].tasks.state[t] == TaskState.DISPATCHED for t in sent)
     moved = boots.copy()
     moved[sent[0]] = 0.6                          # that server restarted at 0.6
     out = h.handle(view(1.0, moved), 1.0, Rng())
     again = [t.task for _, t in dispatched(out)]
-    assert 0 in again and h.jms[1].attempt[0] == 2
+    assert 0 in again and h.jms[1].tasks.attempt[0] == 2
     h.jms[1].validate()

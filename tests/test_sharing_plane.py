@@ -133,13 +133,13 @@ def running_jm(n=6):
 
 def report(j, t, state, detail="", now=1.0):
     """The PN of task ``t``'s attempt reports it in ``state``."""
-    rep = TaskReport(1, t, int(j.attempt[t]), int(state), now, now, 0, detail)
-    return j.handle(StatusBatch(1, int(j.server[t]), [rep], np.zeros(12, np.float32), now), now, Rng())
+    rep = TaskReport(1, t, int(j.tasks.attempt[t]), int(state), now, now, 0, detail)
+    return j.handle(StatusBatch(1, int(j.tasks.server[t]), [rep], np.zeros(12, np.float32), now), now, Rng())
 
 
 def test_a_reclaim_tells_every_server_of_the_job_to_yield_at_the_deadline_and_no_more_once_within():
     j = running_jm()
-    servers = sorted(set(j.server.tolist()))
+    servers = sorted(set(j.tasks.server.tolist()))
     out = j.handle(ReclaimTokens(1, 2, 4, 10.0), 1.0, Rng())
     assert not sent(out, KillTask)                      # the PNs kill, at the deadline, for waiting work
     marks = sent(out, YieldJob)
@@ -153,7 +153,7 @@ def test_a_reclaim_tells_every_server_of_the_job_to_yield_at_the_deadline_and_no
     out = report(j, 4, TaskState.READY, "preempted", 11.6)      # back within the kill line: no longer
     offs = sent(out, YieldJob)
     assert sorted(int(e.to[3:]) for e in offs) == servers and all(e.msg.after_s < 0 for e in offs)
-    assert j.used_tokens == 4 and not sent(out, KillTask)
+    assert j.tasks.used_tokens == 4 and not sent(out, KillTask)
     j.validate()
 
 
@@ -172,12 +172,12 @@ def test_a_job_cut_below_its_attempts_demotes_its_queued_ones_and_places_them_ag
     j = running_jm()
     for t in (3, 4, 5):
         report(j, t, TaskState.DISPATCHED, "queued", 1.5)         # three are queued at their PNs
-    j.dispatch_t[:] = np.arange(6.0)
+    j.tasks.dispatch_t[:] = np.arange(6.0)
     out = j.handle(TokenGrant(1, 4, 0), 2.0, Rng())
     assert sorted(e.msg.task for e in sent(out, DemoteTask)) == [4, 5]   # the most recent queued, as many as over
     report(j, 5, TaskState.DISPATCHED, "demoted", 2.1)
     report(j, 4, TaskState.DISPATCHED, "demoted", 2.1)
-    assert j.used_tokens == 4 and j.outstanding_opp == 2 and bool(j.opp[4]) and bool(j.opp[5])
+    assert j.tasks.used_tokens == 4 and j.tasks.outstanding_opp == 2 and bool(j.tasks.opp[4]) and bool(j.tasks.opp[5])
     j.validate()
     # a token frees: a demoted one, still queued, is taken back and placed again as a regular one
     # (upgraded where it waits, it would stay behind that server's regular work)
@@ -185,7 +185,7 @@ def test_a_job_cut_below_its_attempts_demotes_its_queued_ones_and_places_them_ag
     assert not sent(out, UpgradeTask)
     (kill,) = sent(out, KillTask)
     assert kill.msg.task in (4, 5) and [t.task for e in sent(out, Dispatch) for t in e.msg.tasks] == [kill.msg.task]
-    assert j.used_tokens == 4 and j.outstanding_opp == 1
+    assert j.tasks.used_tokens == 4 and j.tasks.outstanding_opp == 1
     j.validate()
 
 

@@ -54,7 +54,7 @@ def scene(seed: int, servers: int, racks: int, policy: str, with_input: bool, fa
     jm = JmState(1, JobSpec("j", [stage]), 4, 0.0, cfg, view)
     if failures:
         for s in g.choice(servers, size=3):
-            jm._note_failure(int(s))
+            jm.placement.note_failure(int(s))
     return jm, cfg, float(g.uniform(15.0, 30.0))
 
 
@@ -69,9 +69,9 @@ def test_one_task_placement_equals_the_vectorised_one(seed, servers, racks, poli
     slow = dataclasses.replace(fast, single_fast_path=False)
     ids = np.array([0])
     jm.cfg = fast
-    a = jm._place(ids, now, np.random.default_rng(seed))
+    a = jm.placement.place(ids, now, np.random.default_rng(seed))
     jm.cfg = slow
-    b = jm._place(ids, now, np.random.default_rng(seed))
+    b = jm.placement.place(ids, now, np.random.default_rng(seed))
     assert a[0].tolist() == b[0].tolist()
     assert a[1].tolist() == b[1].tolist()
     assert a[2].tolist() == b[2].tolist()
@@ -101,11 +101,12 @@ def test_a_batch_of_one_placed_and_dispatched_in_plain_numbers_runs_as_the_vecto
 
 def _snapshot(j: JmState) -> str:
     """Everything a JM holds (its columns, counters, per-task memories) and its host's ledger."""
-    skip = {"cfg", "view", "spec", "_prof", "_fstates", "stages"}
-    slots = [n for cls in type(j).__mro__ for n in getattr(cls, "__slots__", ()) if n not in skip]
-    fields = {n: getattr(j, n, None) for n in slots}
+    parts = {"": j, "tasks.": j.tasks, "watchdog.": j.watchdog, "placement.": j.placement,
+             "attempts.": j.attempts, "giveback.": j.giveback, "adoption.": j.adoption}
+    skip = {"cfg", "view", "spec", "prof", "fstates", "stages", "attempts", *(p.rstrip(".") for p in parts)}
+    fields = {p + n: getattr(o, n, None) for p, o in parts.items() for n in type(o).__slots__ if n not in skip}
     fields = {n: v.tolist() if isinstance(v, np.ndarray) else v for n, v in fields.items()}
-    stages = [(st.est_runtime, st.wait_sum, st.wait_n, list(st.ready), st.remaining) for st in j.stages]
+    stages = [(st.est_runtime, st.wait_sum, st.wait_n, list(st.ready), st.remaining) for st in j.tasks.stages]
     v = j.view
     return repr((sorted(fields.items()), stages, v.sent_wait.tolist(), v.sent_cpu.tolist(), v.sent_at.tolist()))
 
@@ -136,14 +137,14 @@ def test_one_task_steps_leave_the_same_state_and_send_the_same_attempts(generati
         steps = [repr(j.start(0.0, rng)), _snapshot(j)]
         fail = set()
         if generation:
-            held = Holding(1, 5, [j._spec_for(0, earlier)], [TaskReport(1, 0, earlier, int(RUNNING), 0.0, 0.0, 0, "")],
+            held = Holding(1, 5, [j.tasks.spec_for(0, earlier)], [TaskReport(1, 0, earlier, int(RUNNING), 0.0, 0.0, 0, "")],
                            [])
             steps += [repr(j.handle(held, 0.1, rng)), repr(j.handle(Timer("adopted"), 0.2, rng)), _snapshot(j)]
             fail.add((0, earlier))
         now = 1.0
         while not j.finished and now < 100:
-            sent = [(t, int(j.server[t]), int(j.attempt[t]))
-                    for t in np.flatnonzero((j.state == DISPATCHED) | (j.state == RUNNING)).tolist()]
+            sent = [(t, int(j.tasks.server[t]), int(j.tasks.attempt[t]))
+                    for t in np.flatnonzero((j.tasks.state == DISPATCHED) | (j.tasks.state == RUNNING)).tolist()]
             assert sent, "nothing in flight and not finished"
             for t, srv, a in sent:
                 for state in ((FAILED,) if (t, a) in fail else (RUNNING, DONE)):
@@ -155,4 +156,4 @@ def test_one_task_steps_leave_the_same_state_and_send_the_same_attempts(generati
         assert j.finished
         runs.append(steps)
     assert runs[0] == runs[1]
-    assert all(a > generation << 16 for a in j.attempt.tolist())
+    assert all(a > generation << 16 for a in j.tasks.attempt.tolist())
