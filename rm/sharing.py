@@ -17,12 +17,17 @@ fifo) are that queue's order (rm/state.py).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .queue_order import ORDERS, QueueOrder, queue_rank, split_in_queue, user_floors
 from .share_capacity import CapacitySharing, capacity_shares
 from .share_fair import FairSharing, fair_shares
 from .share_kind import SharingKind
 from .share_math import EPS, round_tokens, water_fill
 from .sharing_types import Allocation, Ask, JobView, Owed, Reclaim, Round, Snapshot
+
+if TYPE_CHECKING:
+    from .queues import QueueTree     # (not at run time: rm/queues.py reads KINDS from here)
 
 KINDS: dict[str, type[SharingKind]] = {
     "fair": FairSharing,
@@ -32,7 +37,7 @@ KINDS: dict[str, type[SharingKind]] = {
 SharingPolicy = SharingKind         # the RM's name for whichever kind its tree asks for
 
 
-def make_sharing_policy(tree) -> SharingKind:
+def make_sharing_policy(tree: QueueTree) -> SharingKind:
     return KINDS[tree.sharing](tree)
 
 
