@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from ..candidates import candidate_rows
 
-# Capability flags that are methods now; JmState and the pipeline still read them by their
+# Capability flags that are methods now; jm.placement and the pipeline still read them by their
 # old names (read-only properties below) until they call the methods.
 _OLD_FLAGS = ("needs_costs", "single", "one_per_slot", "bounded")
 
@@ -124,7 +124,7 @@ class Matcher:
     def candidates(self, b, rng):
         """(cand int64[B, K], valid bool[B, K]), or None when there is nowhere to go. By default
         Apollo's: the replicas' servers, servers in their racks, two lightly loaded ones."""
-        return candidate_rows(b.reps, b.topology, b.light, rng, per_rack=b.cfg.per_rack)
+        return candidate_rows(b.reps, b.topology, b.light, rng, per_rack=b.cfg.placement.per_rack)
 
     def match(self, b):
         """(server or UNMATCHED, expected wait, locality) per task, as arrays; wait and locality
