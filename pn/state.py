@@ -13,134 +13,17 @@ room; until then their room is planned (and advertised) as free at the deadline.
 """
 from __future__ import annotations
 
-import bisect
-import itertools
-from dataclasses import dataclass, field
-from typing import Final
-
 import numpy as np
 
-from apollo.cluster import IoModel
 from apollo.effects import Kill, Launch, Log, Send, SetTimer, Start, TaskExited, Timer
 from apollo.lifecycle import TaskState, step
 from apollo.messages import (DemoteTask, Dispatch, Heartbeat, Holding, KillTask, ProbeJob, ProbeTask, StatusBatch,
                              TaskReport, TaskSpec, UpgradeTask, YieldJob)
-from apollo.shapes import GRID, ShapeGrid
-from apollo.stragglers import NONE as NO_STRAGGLERS, StragglerModel
 
+from .attempt import Attempt, as_opportunistic, as_regular, idle_reading, weighted_pick
+from .config import (ABOUT_NOW_S, DISPATCHED, DISPATCHES_KEPT, DONE, ENDED_KEEP, FAILED, INF, JOBS_KEPT, MOVE_AFTER_S,
+                     NEVER_S, READY, PnConfig)
 from .queue import Profile, release_waits
-
-# How many ended attempts a PN remembers (between this many and twice as many): enough to answer
-# a probe or an adopting JM about an attempt that ended just before (its report may have been
-# lost) with its end instead of having it run again. Few: every entry is memory all 20,000 PNs
-# of a large run keep (a dict of every attempt cost 10% of its speed); a report lost beyond
-# these costs a re-run, never a wrong result.
-ENDED_KEEP = 4
-# Jobs whose JM host a PN remembers before it forgets those it holds nothing of.
-JOBS_KEPT = 32
-# Dispatches a PN remembers (the last 8-16) to drop a duplicated one, which comes within
-# milliseconds of the first copy.
-DISPATCHES_KEPT = 8
-INF: Final = float("inf")      # (a constant: compiled, float("inf") would parse the string each time)
-# The lifecycle states a PN sets, as constants (compiled, TaskState.X is a class attribute lookup)
-DISPATCHED: Final = TaskState.DISPATCHED
-FAILED: Final = TaskState.FAILED
-READY: Final = TaskState.READY
-DONE: Final = TaskState.DONE
-NEVER_S = 1e9  # a wait that cannot happen (the shape exceeds the server); finite for the wire
-ABOUT_NOW_S = 1e-3   # the wait of a shape whose room should have freed by now but has not
-# At a give-back's deadline, a queued first attempt that still would not start within this long
-# goes back to its JM to be placed again (PnState._move_stuck).
-MOVE_AFTER_S = 0.5
-
-
-@dataclass(slots=True)
-class PnConfig:
-    cores: float = 4.0
-    mem_gb: float = 16.0
-    grid: ShapeGrid = GRID           # the shapes its wait-time matrix covers (apollo.shapes)
-    heartbeat_s: float = 1.0         # soonest re-report after the queue changed
-    liveness_s: float = 15.0         # report at least this often even when nothing changed
-    # Status batches carry a reading planned now (True) or the last one planned, with its older
-    # timestamp (False: no re-planning per report; the heartbeat within heartbeat_s is fresh).
-    # A JM host counts everything it sent a server after that server's reading as still
-    # queued there, so with short tasks an old reading makes a server that just drained look
-    # busy; the live cluster, whose PNs have time to plan, asks for fresh readings.
-    fresh_reports: bool = False
-    # ...but a reading planned less than this long ago is fresh enough (planning walks the whole
-    # queue; a deep queue of short tasks would re-plan on every report).
-    replan_after_s: float = 0.005
-    # A running task past its runtime estimate is expected to run on for this fraction of the
-    # time it has run so far (runtimes are heavy-tailed: the longer a task has run, the longer
-    # it is likely to go on); planning it as about to end would advertise a busy server as free.
-    overrun_factor: float = 0.1
-    revise_every_s: float = 5.0      # re-report an overrunning task's server at most this often
-    # A regular task still queued this long after it arrived is reported queued (a JM moves a
-    # task only once it knows the task is stuck in a queue, never a running one); a task that
-    # starts sooner reports only when it ends, like one that started on arrival. This keeps a
-    # deep queue of short tasks from costing three reports each. Far below the JMs' move slack.
-    queued_report_s: float = 1.0
-    # Advertise running opportunistic tasks as occupying their server: a regular task sent
-    # there would preempt one (wasting its work), so JMs should prefer a server that is free.
-    # The queue itself still preempts them for any regular task that arrives. Their room is
-    # advertised as free within opportunistic_room_s all the same: a server that is really free
-    # reads better, but one holding only opportunistic work reads better than a queue behind
-    # regular work (a queue owed its share would otherwise wait behind a long regular task while
-    # opportunistic work holds a core it could take at once).
-    advertise_opportunistic: bool = True
-    opportunistic_room_s: float = 0.1
-    rm: str = "rm"
-    # How much slower than modelled this server's attempts run (apollo.stragglers), and the I/O
-    # model its synthetic tasks read their input at: together what their progress is.
-    stragglers: StragglerModel = NO_STRAGGLERS
-    io: IoModel = field(default_factory=IoModel)
-
-
-@dataclass(slots=True)
-class Attempt:
-    spec: TaskSpec
-    state: TaskState
-    queued_at: float
-    started_at: float = -1.0
-    reported: bool = False           # its JM was told it is queued (so is told when it starts)
-    slowdown: float = 1.0            # drawn from the straggler model when it starts
-
-
-def _regular(s: TaskSpec) -> TaskSpec:
-    """``s`` as a regular (non-opportunistic) attempt: ``dataclasses.replace`` at a fraction of
-    its cost (a new message: the original may be shared with its sender in one process)."""
-    return TaskSpec(s.job_id, s.task, s.attempt, s.stage, s.cpu, s.mem_gb, s.duration_s, s.input_bytes,
-                    s.locality, s.est_runtime_s, False, s.command, s.env, s.cwd, s.timeout_s, s.mem_limit,
-                    s.kind)
-
-
-def _opportunistic(s: TaskSpec) -> TaskSpec:
-    """``s`` as an opportunistic attempt (a demoted one)."""
-    return TaskSpec(s.job_id, s.task, s.attempt, s.stage, s.cpu, s.mem_gb, s.duration_s, s.input_bytes,
-                    s.locality, s.est_runtime_s, True, s.command, s.env, s.cwd, s.timeout_s, s.mem_limit,
-                    s.kind)
-
-
-def _weighted_pick(w: list[float], rng) -> int:
-    """Index drawn with probability proportional to ``w``: ``rng.choice(len(w), p=w/sum(w))``
-    (one uniform draw against the normalised cumulative weights) without numpy's per-call cost."""
-    total = sum(w)
-    cdf = list(itertools.accumulate(x / total for x in w))
-    last = cdf[-1]
-    return min(bisect.bisect_right(cdf, rng.random() * last), len(w) - 1)
-
-
-_IDLE_READINGS: dict = {}
-
-
-def _idle_reading(cfg: "PnConfig") -> list[float]:
-    """The reading of a server with nothing running or queued (shared; readings are never
-    changed in place)."""
-    key = (cfg.cores, cfg.mem_gb, cfg.grid.cpu, cfg.grid.mem)
-    w = _IDLE_READINGS.get(key)
-    if w is None:
-        w = _IDLE_READINGS[key] = release_waits(0.0, cfg.cores, cfg.mem_gb, [], cfg.grid.cpu, cfg.grid.mem, NEVER_S)
-    return w
 
 
 class PnState:
@@ -257,11 +140,11 @@ class PnState:
                 continue        # an attempt already running here, sent again: one run of it, not two
             if spec.opportunistic and self._early_upgrades and spec.key in self._early_upgrades:
                 self._early_upgrades.remove(spec.key)
-                spec = _regular(spec)
+                spec = as_regular(spec)
             a = Attempt(spec, DISPATCHED, now)
             if self.yielding and not spec.opportunistic and not spec.kind and spec.job_id in self.yielding:
                 # (a Dispatch that overtook the JM's word that its job no longer yields)
-                a.spec = spec = _opportunistic(spec)
+                a.spec = spec = as_opportunistic(spec)
                 started.setdefault(spec.job_id, []).append(self._demoted_report(a, now))
             if spec.opportunistic:
                 self.opp_queue.append(a)
@@ -440,7 +323,7 @@ class PnState:
         key = (msg.job_id, msg.task, msg.attempt)
         a = self.running.get(key)
         if a is not None:
-            a.spec = _regular(a.spec)
+            a.spec = as_regular(a.spec)
             self._matrix = None
             return []
         for i, x in enumerate(self.opp_queue):
@@ -453,7 +336,7 @@ class PnState:
                     self._emit_reports(now, out, reports)
                     return out
                 self.opp_queue.pop(i)
-                x.spec = _regular(x.spec)
+                x.spec = as_regular(x.spec)
                 self.queue.append(x)
                 self._arm_queued_report(now, out)
                 self._matrix = None
@@ -477,7 +360,7 @@ class PnState:
         for a in self.queue:
             s = a.spec
             if s.job_id == job_id and not s.kind:
-                a.spec = _opportunistic(s)
+                a.spec = as_opportunistic(s)
                 self.opp_queue.append(a)
                 reports.setdefault(job_id, []).append(self._demoted_report(a, now))
             else:
@@ -491,7 +374,7 @@ class PnState:
         for i, a in enumerate(self.queue):
             if a.spec.key == key:
                 del self.queue[i]
-                a.spec = _opportunistic(a.spec)
+                a.spec = as_opportunistic(a.spec)
                 self.opp_queue.append(a)
                 reports = {msg.job_id: [self._demoted_report(a, now)]}
                 out: list = []
@@ -688,7 +571,7 @@ class PnState:
             if not fits:
                 return
             # Weighted random pick: shorter tasks are likelier (they free the room sooner).
-            i = fits[_weighted_pick([1.0 / (1.0 + self.opp_queue[i].spec.est_runtime_s) for i in fits], rng)] \
+            i = fits[weighted_pick([1.0 / (1.0 + self.opp_queue[i].spec.est_runtime_s) for i in fits], rng)] \
                 if len(fits) > 1 else fits[0]
             a = self.opp_queue.pop(i)
             room_c -= a.spec.cpu
@@ -716,7 +599,7 @@ class PnState:
                 # starts now, the same reading every time.
                 w = self._idle_w
                 if w is None:
-                    w = self._idle_w = _idle_reading(cfg)
+                    w = self._idle_w = idle_reading(cfg)
                 self._revise_at = INF
                 self._waits, self._planned_at, self._avail = w, now, None
                 self._matrix = self._last_m = w

@@ -19,7 +19,8 @@ from bench import throughput as tp
 from jm.matching import stable_match
 from jm.state import JmConfig, JmState
 from jm.view import ViewCache
-from pn.state import PnConfig, PnState, _weighted_pick
+from pn.attempt import weighted_pick as _weighted_pick
+from pn.state import PnConfig, PnState
 
 from helpers import Rng, await_holds_for, await_until, task
 

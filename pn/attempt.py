@@ -1,0 +1,59 @@
+"""A task attempt as a Process Node holds it (queued, running), and the small helpers on its spec."""
+from __future__ import annotations
+
+import bisect
+import itertools
+from dataclasses import dataclass
+
+from apollo.lifecycle import TaskState
+from apollo.messages import TaskSpec
+
+from .config import NEVER_S, PnConfig
+from .queue import release_waits
+
+
+@dataclass(slots=True)
+class Attempt:
+    spec: TaskSpec
+    state: TaskState
+    queued_at: float
+    started_at: float = -1.0
+    reported: bool = False           # its JM was told it is queued (so is told when it starts)
+    slowdown: float = 1.0            # drawn from the straggler model when it starts
+
+
+def as_regular(s: TaskSpec) -> TaskSpec:
+    """``s`` as a regular (non-opportunistic) attempt: ``dataclasses.replace`` at a fraction of
+    its cost (a new message: the original may be shared with its sender in one process)."""
+    return TaskSpec(s.job_id, s.task, s.attempt, s.stage, s.cpu, s.mem_gb, s.duration_s, s.input_bytes,
+                    s.locality, s.est_runtime_s, False, s.command, s.env, s.cwd, s.timeout_s, s.mem_limit,
+                    s.kind)
+
+
+def as_opportunistic(s: TaskSpec) -> TaskSpec:
+    """``s`` as an opportunistic attempt (a demoted one)."""
+    return TaskSpec(s.job_id, s.task, s.attempt, s.stage, s.cpu, s.mem_gb, s.duration_s, s.input_bytes,
+                    s.locality, s.est_runtime_s, True, s.command, s.env, s.cwd, s.timeout_s, s.mem_limit,
+                    s.kind)
+
+
+def weighted_pick(w: list[float], rng) -> int:
+    """Index drawn with probability proportional to ``w``: ``rng.choice(len(w), p=w/sum(w))``
+    (one uniform draw against the normalised cumulative weights) without numpy's per-call cost."""
+    total = sum(w)
+    cdf = list(itertools.accumulate(x / total for x in w))
+    last = cdf[-1]
+    return min(bisect.bisect_right(cdf, rng.random() * last), len(w) - 1)
+
+
+_IDLE_READINGS: dict = {}
+
+
+def idle_reading(cfg: "PnConfig") -> list[float]:
+    """The reading of a server with nothing running or queued (shared; readings are never
+    changed in place)."""
+    key = (cfg.cores, cfg.mem_gb, cfg.grid.cpu, cfg.grid.mem)
+    w = _IDLE_READINGS.get(key)
+    if w is None:
+        w = _IDLE_READINGS[key] = release_waits(0.0, cfg.cores, cfg.mem_gb, [], cfg.grid.cpu, cfg.grid.mem, NEVER_S)
+    return w
