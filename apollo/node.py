@@ -26,7 +26,7 @@ from apollo.messages import JoinReply, JoinRequest
 from apollo.runtime.live import LiveRuntime, run
 from jm.host import JmHost
 from jm.policies import profile as find_profile
-from jm.state import JmConfig
+from jm.config import DispatchConfig, JmConfig
 from pn.state import PnConfig, PnState
 from rm.queues import load_queue_file
 from rm.state import RmConfig, RmState, single_queue
@@ -157,7 +157,8 @@ def add_actors(rt: LiveRuntime, info: dict, me: dict, folder: Path) -> None:
         # coalesce: one scheduling pass per burst of status reports (a network read), not per report
         me_host = f"jmhost:{index}"
         host = JmHost(JmConfig(topology=topo, policy=cfg.get("scheduler", "apollo"), io=io, grid=pncfg.grid,
-                               retry_s=0.1, coalesce=True, host=me_host, host_report_s=HOST_REPORT_S,
+                               dispatch=DispatchConfig(retry_s=0.1, coalesce=True), host=me_host,
+                               host_report_s=HOST_REPORT_S,
                                adopt_wait_s=0.3))
         rt.add(me_host, host)
         rt.route_prefix("jm", me_host)

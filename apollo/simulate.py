@@ -14,10 +14,9 @@ from apollo.report import build_report
 from apollo.runtime.sim import NetModel, SimRuntime
 from apollo.spec import Workload
 from apollo.stragglers import NONE as NO_STRAGGLERS, StragglerModel
+from jm.config import AttemptsConfig, DispatchConfig, JmConfig, PlacementConfig
 from jm.host import JmHost
 from jm.policies import profile as find_profile
-from jm.policies.delay import DelayScheduling
-from jm.state import JmConfig
 from pn.state import PnConfig, PnState
 from rm.state import RmConfig, RmState
 from rm.store import MemoryJobStore
@@ -194,20 +193,17 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
                      host_report_s=cfg.host_report_s, host_dead_after_s=cfg.host_dead_after_s,
                      clones=CloneConfig(beta=cfg.clone_beta,
                                         p=cfg.stragglers.p if cfg.clone_p is None else cfg.clone_p))
+    delay = {"delay": True, "delay_node_s": cfg.delay[0], "delay_rack_s": cfg.delay[1]} if cfg.delay else {}
     jmcfg = JmConfig(topology=topo, policy=cfg.scheduler, io=cfg.io, grid=pncfg.grid,
-                     opportunistic=cfg.opportunistic, host_report_s=cfg.host_report_s, copies=cfg.copies,
-                     **({"delay_node_s": cfg.delay[0], "delay_rack_s": cfg.delay[1]} if cfg.delay else {}))
-    if cfg.delay:
-        jmcfg.profile = jmcfg.profile.with_filter(DelayScheduling())
+                     placement=PlacementConfig(**delay), dispatch=DispatchConfig(opportunistic=cfg.opportunistic),
+                     attempts=AttemptsConfig(copies=cfg.copies), host_report_s=cfg.host_report_s)
 
     def new_actor(addr: str):
         """A fresh actor for ``addr`` (at the start, and when a crashed one restarts)."""
         if addr == "rm":
             return RmState(rmcfg)
         if addr.startswith("jmhost:"):
-            c = replace(jmcfg, host=addr)
-            c.profile = jmcfg.profile            # (replace re-derives it from the name)
-            return JmHost(c)
+            return JmHost(replace(jmcfg, host=addr))
         return PnState(int(addr.split(":")[1]), pncfg)
 
     jobs = list(enumerate(workload.jobs))

@@ -81,7 +81,7 @@ class Adoption:
         tk.queued_seen[t] = False
         tk.waiting[t] = False
         tk.sent[t] = spec
-        if self.cfg.probe_slack_s > 0:
+        if self.cfg.watchdog.probe_slack_s > 0:
             self.watchdog.note(float(self.watchdog.silence_limits(t)))
         out.append(Log("adopted", (tk.job_id, t, spec.attempt, server)))
         return True

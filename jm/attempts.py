@@ -185,7 +185,7 @@ class Attempts:
                             idle: bool = False) -> None:
         """Fresh news of ``t``'s first attempt, queued at its server (``new_wait``: the wait
         its PN now plans for it, None if the news is only the time gone by). Apollo's three
-        triggers, each "significantly" (JmConfig.dup_factor x + dup_slack_s): (i) the updated
+        triggers, each "significantly" (AttemptsConfig.dup_factor x + dup_slack_s): (i) the updated
         expected wait against the one the decision used; (ii) it against the stage's average;
         (iii) the wait so far against that average. A trigger re-runs the placement; a server
         that would start and read the task significantly sooner gets a duplicate. ``idle``: the
@@ -202,7 +202,7 @@ class Attempts:
         avg = st.wait_sum / st.wait_n if st.wait_n else 0.0
         elapsed = now - tk.dispatch_t.item(t)
         decided = tk.exp_wait.item(t)
-        f, slack = cfg.dup_factor, cfg.dup_slack_s
+        f, slack = cfg.attempts.dup_factor, cfg.attempts.dup_slack_s
         upd = max(new_wait, elapsed) if new_wait is not None else max(decided, elapsed)
         if new_wait is not None and upd > f * decided + slack:
             trigger = "wait_above_decision"
@@ -225,7 +225,7 @@ class Attempts:
         avg = st.wait_sum / st.wait_n if st.wait_n else 0.0
         elapsed = now - tk.dispatch_t.item(t)
         decided = tk.exp_wait.item(t)
-        f, slack = cfg.dup_factor, cfg.dup_slack_s
+        f, slack = cfg.attempts.dup_factor, cfg.attempts.dup_slack_s
         upd = max(new_wait, elapsed) if new_wait is not None else max(decided, elapsed)
         s, wait, where = self._place_extra(t, now, rng, self._servers_of(t))
         if s == UNMATCHED:
@@ -250,7 +250,7 @@ class Attempts:
     def consider_copy(self, t: int, r, now: float, rng, out: list, shift: float) -> None:
         """A progress report of ``t``'s running first attempt: its time left from its rate of
         progress (a command's, whose progress is unknown, from its time so far); a copy
-        elsewhere that would finish significantly sooner (JmConfig.copy_factor) is started if
+        elsewhere that would finish significantly sooner (AttemptsConfig.copy_factor) is started if
         the job has a token free for it. Else it is looked at again later."""
         tk = self.tasks
         cfg = self.cfg
@@ -267,11 +267,11 @@ class Attempts:
             left = np.inf
         else:
             left = max(base - elapsed, 0.5 * elapsed)
-        again = now + max(cfg.straggler_slack_s, 0.5 * min(left, base))
+        again = now + max(cfg.attempts.straggler_slack_s, 0.5 * min(left, base))
         cpu = st.spec.cpu
         if tk.tokens - tk.used_tokens >= cpu - 1e-9:
             hold = HOLD_TOKEN
-        elif cfg.opportunistic_factor * max(tk.tokens, 1) - tk.outstanding_opp >= cpu - 1e-9:
+        elif cfg.dispatch.opportunistic_factor * max(tk.tokens, 1) - tk.outstanding_opp >= cpu - 1e-9:
             hold = HOLD_OPP
         else:
             hold = HOLD_NONE
@@ -281,7 +281,7 @@ class Attempts:
             return
         s, wait, where = self._place_extra(t, now, rng, self._servers_of(t))
         copy_time = wait + base + cfg.io.io_time(float(tk.in_bytes[t]), where) if s != UNMATCHED else np.inf
-        if left > cfg.copy_factor * copy_time + cfg.straggler_slack_s:
+        if left > cfg.attempts.copy_factor * copy_time + cfg.attempts.straggler_slack_s:
             self._send_extra(t, COPY, s, wait, where, now, out, hold, "straggler")
             out.append(Log("copy", (tk.job_id, t, float(left), float(copy_time))))
         else:
@@ -308,7 +308,7 @@ class Attempts:
         scale: dict[int, float] = {}
         for t in ids:
             st = tk.stages[tk.stage_of.item(t)]
-            if st.parents and self.cfg.delay_assignment:
+            if st.parents and self.cfg.attempts.delay_assignment:
                 if not self.clone_wait:
                     out.append(SetTimer(self._omega(st), "clones"))
                 self.clone_wait.append(t)
@@ -571,7 +571,7 @@ class Attempts:
         tk.waiting[t] = False
         tk.check_t[t] = np.inf
         tk.sent[t] = spec
-        if self.cfg.probe_slack_s > 0:
+        if self.cfg.watchdog.probe_slack_s > 0:
             # probed if silent too long, like any first attempt (its end's report may be lost)
             self.watchdog.note(float(self.watchdog.silence_limits(t)))
 
@@ -641,7 +641,7 @@ class Attempts:
     def idle_room_for_queued(self, now: float) -> bool:
         """Whether tasks of this job wait in queues (as their PNs said) while the view shows an
         idle server: fresh information that may make one of them worth moving (a duplicate)."""
-        return self.corrections and self.cfg.dup_factor > 0 and self.view.has_idle(now) and \
+        return self.corrections and self.cfg.attempts.dup_factor > 0 and self.view.has_idle(now) and \
             bool(self.tasks.waiting.any())
 
     def duplicates_for_idle(self, now: float, rng: Any, out: list) -> None:

@@ -63,7 +63,7 @@ class Placement:
         cfg = self.cfg
         prof = self.prof
         gate = prof.gate
-        allow_opp = cfg.opportunistic and gate.opportunistic
+        allow_opp = cfg.dispatch.opportunistic and gate.opportunistic
         placed_total = 0
         blocked = False
         depth = max((tk.depth(st) for st in tk.stages if st.ready), default=1)
@@ -74,24 +74,24 @@ class Placement:
             return
         # Stable matching places at most one task per server slot per batch (one slot, or
         # ``depth`` for pipelined tasks): a larger batch would only cost rows pushed back unmatched.
-        cap = min(cfg.max_batch, max(1, self.view.alive_count) * depth) if prof.matcher.one_per_slot \
-            else cfg.max_batch
-        one_by_one = cfg.single_fast_path and prof.matcher.single
-        for _ in range(cfg.max_batches_per_pass):
+        cap = min(cfg.placement.max_batch, max(1, self.view.alive_count) * depth) if prof.matcher.one_per_slot \
+            else cfg.placement.max_batch
+        one_by_one = cfg.placement.single_fast_path and prof.matcher.single
+        for _ in range(cfg.placement.max_batches_per_pass):
             reg_room = tk.tokens * depth - tk.used_tokens
             # (opportunistic tasks only go to idle servers: with none, no batch is matched for them)
-            opp_room = (cfg.opportunistic_factor * max(tk.tokens, 1) - tk.outstanding_opp) \
+            opp_room = (cfg.dispatch.opportunistic_factor * max(tk.tokens, 1) - tk.outstanding_opp) \
                 if allow_opp and self.view.has_idle(now) else 0.0
             room = int(max(reg_room, 0) + max(opp_room, 0))
             if room <= 0:
                 break
-            want = room * cfg.lookahead if gate.lookahead else room
+            want = room * cfg.placement.lookahead if gate.lookahead else room
             bound = prof.matcher.batch_bound(self.view, tk.least_ready_cpu()) if prof.matcher.bounded else None
             if bound is not None:
                 if bound <= 0:
                     blocked = True      # a slot scheduler on a full cluster: no batch to build
                     break
-                want = min(want, bound * cfg.lookahead if gate.lookahead else bound)
+                want = min(want, bound * cfg.placement.lookahead if gate.lookahead else bound)
             batch = tk.pop_ready(min(want, cap))
             if not batch:
                 break
@@ -122,7 +122,7 @@ class Placement:
             # lookahead, else lowest expected wait first.
             if len(placed) == 1:
                 order: Any = slice(None)        # (one task: no order to find)
-            elif cfg.lookahead > 1 and gate.lookahead:
+            elif cfg.placement.lookahead > 1 and gate.lookahead:
                 order = self.quality_order(placed, wait[ok], where[ok], now)
             else:
                 order = wait[ok].argsort(kind="stable")
@@ -146,7 +146,7 @@ class Placement:
         if (prof.polls or (blocked and not any(f.rematches_on_news(cfg) for f in prof.filters))) \
                 and tk.has_ready() and not self.retry_pending:
             self.retry_pending = True
-            poll = prof.poll_s or cfg.retry_s
+            poll = prof.poll_s or cfg.dispatch.retry_s
             # ...or sooner, when a filter holding tasks back will let them go
             for f, st in zip(prof.filters, self.fstates):
                 if st is not None:
@@ -162,7 +162,7 @@ class Placement:
         tk = self.tasks
         bw = tk.bw
         lost = wait + tk.in_bytes[ids] * (1.0 / bw[where] - 1.0 / bw[0])
-        lost[now - tk.passed_at[ids] >= self.cfg.patience_s] = -1.0
+        lost[now - tk.passed_at[ids] >= self.cfg.placement.patience_s] = -1.0
         return lost.argsort(kind="stable")
 
     def place(self, ids: np.ndarray, now: float, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -172,7 +172,7 @@ class Placement:
         cfg = self.cfg
         prof = self.prof
         m = prof.matcher
-        if len(ids) == 1 and cfg.single_fast_path and m.single:
+        if len(ids) == 1 and cfg.placement.single_fast_path and m.single:
             srv, wait, where = self.place_one(int(ids[0]), now, rng)
             return np.array([srv], dtype=np.int64), np.array([wait]), np.array([where])
         sidx = tk.stage_of[ids]
@@ -182,7 +182,7 @@ class Placement:
         return place(b, prof, self.fstates, self.fail_rate, rng)
 
     def place_one(self, t: int, now: float, rng) -> tuple[int, float, int]:
-        """place for one task (cfg.single_fast_path, a matcher whose answer for one task is its
+        """place for one task (cfg.placement.single_fast_path, a matcher whose answer for one task is its
         cheapest candidate), in plain numbers: (server or UNMATCHED, expected wait, locality)."""
         tk = self.tasks
         si = tk.stage_of.item(t)
@@ -265,11 +265,11 @@ class Placement:
         est_rt = st.est_runtime + cfg.io.init_s + in_bytes / tk.bw.item(where)
         self.view.record_dispatch(s, est_rt * cpu / cfg.topology.cores, cpu, now)
         tk.est_sent[t] = est_rt
-        if cfg.probe_slack_s > 0:
+        if cfg.watchdog.probe_slack_s > 0:
             self.watchdog.note(float(self.watchdog.silence_limit(now, wait, est_rt)))
         st.wait_sum += wait
         st.wait_n += 1
-        if cfg.copies and self.prof.corrections:
+        if cfg.attempts.copies and self.prof.corrections:
             chk = float(self.watchdog.next_check(now, wait, est_rt + (st.straggler_baseline() - st.est_runtime)))
             tk.check_t[t] = chk
             self.watchdog.note(chk)
@@ -379,7 +379,7 @@ class Placement:
                     est_rt[mk] = st.est_runtime + cfg.io.init_s + st.in_bytes[local] / bw[where[mk]]
         self.view.record_dispatches(srv, est_rt * cpu / cores, cpu, now)
         tk.est_sent[ids] = est_rt
-        if cfg.probe_slack_s > 0:       # (heard of now, the columns just set)
+        if cfg.watchdog.probe_slack_s > 0:       # (heard of now, the columns just set)
             self.watchdog.note(float(self.watchdog.silence_limit(now, wait[:n], est_rt).min()))
         w = wait[:n]
         if single:
@@ -392,7 +392,7 @@ class Placement:
             for i, st in enumerate(stages):
                 st.wait_sum += ws[i]
                 st.wait_n += wn[i]
-        if cfg.copies and self.prof.corrections:
+        if cfg.attempts.copies and self.prof.corrections:
             # looked at as a possible straggler once well past the time its stage normally takes
             if single:
                 gap = stages[0].straggler_baseline() - stages[0].est_runtime

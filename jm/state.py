@@ -288,9 +288,9 @@ class JmState:
                     self.watchdog.note(float(self.watchdog.deadlines(t)))
                     if r.t_end > 0.0:        # the start its PN plans for it
                         att.consider_duplicate(t, now, rng, out, r.t_end + shift - tk.dispatch_t.item(t))
-                if r.detail == "probed" and tk.check_t.item(t) == np.inf and cfg.copies and \
+                if r.detail == "probed" and tk.check_t.item(t) == np.inf and cfg.attempts.copies and \
                         self.prof.corrections:     # a straggler check found it still queued: later
-                    tk.check_t[t] = now + cfg.straggler_slack_s + tk.exp_wait.item(t)
+                    tk.check_t[t] = now + cfg.attempts.straggler_slack_s + tk.exp_wait.item(t)
                     self.watchdog.note(tk.check_t.item(t))
             elif rs == RUNNING:
                 tk.last_heard[t] = now
@@ -300,7 +300,7 @@ class JmState:
                     tk.start_t[t] = r.t_start + shift
                     if att.extra and t in att.extra:    # duplicates are discarded when one starts
                         att.kill_extras(t, now, out, only=DUPLICATE)
-                if r.detail == "probed" and tk.check_t.item(t) == np.inf and cfg.copies and \
+                if r.detail == "probed" and tk.check_t.item(t) == np.inf and cfg.attempts.copies and \
                         self.prof.corrections:
                     att.consider_copy(t, r, now, rng, out, shift)
             elif rs == FAILED:
@@ -330,7 +330,7 @@ class JmState:
         # (a pass only when it may place something: most reports end a task of a stage with
         # nothing left to place, and a pass for nothing was a timer event per task)
         if changed and not self.adoption.adopting and (tk.outstanding_opp or tk.has_ready()):
-            if not cfg.coalesce:
+            if not cfg.dispatch.coalesce:
                 self._schedule(now, rng, out)
             elif not self.sched_armed:
                 self.sched_armed = True
@@ -348,7 +348,7 @@ class JmState:
         loc = spec.locality
         tk.record(st, t, spec.attempt, server, loc, r.t_start + shift, r.t_end + shift, "done", opp, out, spec.kind)
         if att.extra and t in att.extra:       # the first to finish wins
-            if att.clones > 1 and st.children and self.cfg.delay_assignment:
+            if att.clones > 1 and st.children and self.cfg.attempts.delay_assignment:
                 # (its clones run on: more copies of its output for the downstream clones)
                 att.won_at[t] = now
                 for e in list(att.extra[t]):

@@ -268,14 +268,14 @@ class TaskTable:
     # ---- what the job holds ----------------------------------------------------------
     def depth(self, st: Stage) -> int:
         """Tasks of ``st`` one token may have in flight: 1, or more for pipelined short tasks
-        (JmConfig.pipeline_s), by the stage's expected time per task with a node-local read."""
+        (DispatchConfig.pipeline_s), by the stage's expected time per task with a node-local read."""
         cfg = self.cfg
-        if not self.pipelining or cfg.pipeline_s <= 0:
+        if not self.pipelining or cfg.dispatch.pipeline_s <= 0:
             return 1
         per_task = st.est_runtime + cfg.io.init_s + st.mean_in / self.bw.item(0)
-        if per_task >= cfg.pipeline_s:
+        if per_task >= cfg.dispatch.pipeline_s:
             return 1
-        return int(min(cfg.max_pipeline, 1 + cfg.pipeline_s // max(per_task, 1e-6)))
+        return int(min(cfg.dispatch.max_pipeline, 1 + cfg.dispatch.pipeline_s // max(per_task, 1e-6)))
 
     def max_depth(self) -> int:
         """Attempts one token may have out (pipelined short tasks: several, queued behind it)."""

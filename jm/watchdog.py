@@ -27,7 +27,7 @@ class Watchdog:
         self.tasks = tasks
         self.cfg = config
         self.watch_at = np.inf                  # no queued task can be overdue before then
-        self.dups: bool = config.profile.corrections and config.dup_factor > 0   # duplicate triggers run
+        self.dups: bool = config.profile.corrections and config.attempts.dup_factor > 0   # duplicate triggers run
 
     def note(self, at: float) -> None:
         """Something is due at ``at``."""
@@ -39,7 +39,7 @@ class Watchdog:
         trigger: above its decision's wait and its stage's average); ``ids``: a task or an array."""
         cfg, tk = self.cfg, self.tasks
         avg = np.array([st.wait_sum / st.wait_n if st.wait_n else 0.0 for st in tk.stages])[tk.stage_of[ids]]
-        return tk.dispatch_t[ids] + cfg.dup_factor * np.maximum(tk.exp_wait[ids], avg) + cfg.dup_slack_s
+        return tk.dispatch_t[ids] + cfg.attempts.dup_factor * np.maximum(tk.exp_wait[ids], avg) + cfg.attempts.dup_slack_s
 
     def silence_limits(self, ids: Any) -> Any:
         """When an attempt not heard of since is probed."""
@@ -48,13 +48,13 @@ class Watchdog:
 
     def silence_limit(self, heard: Any, exp_wait: Any, est_runtime: Any) -> Any:
         """... from when it was last heard of, its expected wait and its runtime with I/O."""
-        return heard + 2.0 * (exp_wait + est_runtime) + self.cfg.probe_slack_s
+        return heard + 2.0 * (exp_wait + est_runtime) + self.cfg.watchdog.probe_slack_s
 
     def next_check(self, now: float, wait: Any, est_rt: Any) -> Any:
         """When a running first attempt is first looked at as a possible straggler (inf: never,
         a task without peers)."""
         cfg = self.cfg
-        return now + wait + cfg.straggler_after * est_rt + cfg.straggler_slack_s
+        return now + wait + cfg.attempts.straggler_after * est_rt + cfg.attempts.straggler_slack_s
 
     def probe_stragglers(self, ids: np.ndarray, out: list) -> None:
         """Ask the PNs how far these attempts are (they answer with a progress report)."""
@@ -75,7 +75,7 @@ class Watchdog:
         inf = np.full(len(act), np.inf)
         dup_due = np.where(tk.queued_seen[act] & (st[act] == DISPATCHED), self.deadlines(act), inf) \
             if self.dups else inf
-        probe_due = self.silence_limits(act) if cfg.probe_slack_s > 0 else inf
+        probe_due = self.silence_limits(act) if cfg.watchdog.probe_slack_s > 0 else inf
         check_due = tk.check_t[act]
         late_dup = dup_due <= now
         late_check = (check_due <= now) & ~late_dup
@@ -87,7 +87,7 @@ class Watchdog:
             self.probe_stragglers(act[late_check], out)
         tk.queued_seen[act[late_dup]] = False         # one look per attempt
         rest = ~late_dup
-        silent = self.silence_limits(act) if cfg.probe_slack_s > 0 else inf   # (last_heard as updated)
+        silent = self.silence_limits(act) if cfg.watchdog.probe_slack_s > 0 else inf   # (last_heard as updated)
         # next: a trigger, a straggler check, or silence, of every active attempt (those whose
         # duplicate trigger fires now may still go silent)
         nxt = np.minimum(np.minimum(dup_due[rest], tk.check_t[act[rest]]), silent[rest])

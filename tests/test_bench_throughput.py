@@ -17,6 +17,7 @@ from apollo.messages import Dispatch, StatusBatch, TaskReport, UpgradeTask
 from apollo.spec import JobSpec, StageSpec
 from bench import throughput as tp
 from jm.matching import stable_match
+from jm.config import DispatchConfig
 from jm.state import JmConfig, JmState
 from jm.view import ViewCache
 from pn.attempt import weighted_pick as _weighted_pick
@@ -106,7 +107,8 @@ def _view(stamp=0.0):
 
 def _jm(tasks=20, tokens=4, coalesce=False, opportunistic=True):
     spec = JobSpec("j", [StageSpec("s", tasks, np.full(tasks, 0.5))])
-    cfg = JmConfig(topology=TOPO, coalesce=coalesce, opportunistic=opportunistic, io=IoModel(init_s=0.0))
+    cfg = JmConfig(topology=TOPO, dispatch=DispatchConfig(coalesce=coalesce, opportunistic=opportunistic),
+                   io=IoModel(init_s=0.0))
     j = JmState(1, spec, tokens, 0.0, cfg, _view())
     return j, j.start(0.0, Rng())
 

@@ -1,4 +1,6 @@
 """JM state: estimation, candidates, scheduling passes, status handling, retries, DAGs."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from apollo.spec import JobSpec, StageSpec
 from jm import estimate as est
 from jm.candidates import candidate_rows
 from jm.host import JmHost
+from jm.config import DispatchConfig, PlacementConfig
 from jm.state import JmConfig, JmState
 from jm.view import ViewCache
 
@@ -26,7 +29,7 @@ def view(wait=0.0, stamp=0.0):
 
 
 def jm(spec, tokens=100, policy="apollo", v=None, opportunistic=False):
-    cfg = JmConfig(topology=TOPO, policy=policy, opportunistic=opportunistic)
+    cfg = JmConfig(topology=TOPO, policy=policy, dispatch=DispatchConfig(opportunistic=opportunistic))
     j = JmState(1, spec, tokens, 0.0, cfg, v or view())
     return j, j.start(0.0, Rng())
 
@@ -214,7 +217,8 @@ def _one_token_pass(policy):
     """Eight equal map tasks, every server busy for 5 s except one holding task 5's input."""
     spec = JobSpec("m", [StageSpec("map", 8, np.full(8, 2.0), input_bytes=np.full(8, 64e6), dataset="ds")])
     v = view(wait=5.0)
-    j = JmState(1, spec, 0, 0.0, JmConfig(topology=TOPO, policy=policy, defer_s=0.0, opportunistic=False), v)
+    j = JmState(1, spec, 0, 0.0, JmConfig(topology=TOPO, policy=policy, placement=PlacementConfig(defer_s=0.0),
+                                           dispatch=DispatchConfig(opportunistic=False)), v)
     j.start(0.0, Rng())
     reps = j.tasks.stages[0].reps
     free = int(reps[5][0])
@@ -308,7 +312,7 @@ def test_a_probed_attempt_that_is_running_stays():
 
 def jm_noinit(spec, tokens):
     """A JM whose tasks pay no start-up time (as on the throughput bench's cluster)."""
-    cfg = JmConfig(topology=TOPO, io=IoModel(init_s=0.0), opportunistic=False)
+    cfg = JmConfig(topology=TOPO, io=IoModel(init_s=0.0), dispatch=DispatchConfig(opportunistic=False))
     j = JmState(1, spec, tokens, 0.0, cfg, view())
     return j, j.start(0.0, Rng())
 
@@ -317,7 +321,7 @@ def test_short_tasks_are_pipelined_behind_each_token_and_refilled_at_half():
     noop = JobSpec("noop", [StageSpec("s", 400, np.zeros(400))])
     j, out = jm_noinit(noop, tokens=4)
     depth = j.tasks.depth(j.tasks.stages[0])
-    assert depth == j.cfg.max_pipeline                 # 0 s tasks: the deepest pipeline
+    assert depth == j.cfg.dispatch.max_pipeline                 # 0 s tasks: the deepest pipeline
     sent = dispatched(out)
     assert len(sent) == 4 * depth                      # tokens x depth in flight
     per_server = {}
@@ -418,3 +422,16 @@ def test_the_first_view_that_knows_a_servers_boot_is_no_restart_of_it():
     again = [t.task for _, t in dispatched(out)]
     assert 0 in again and h.jms[1].tasks.attempt[0] == 2
     h.jms[1].validate()
+
+
+def test_a_delay_filter_is_part_of_the_config_and_survives_replace():
+    """--delay adds delay scheduling to any profile: the profile is derived from the config
+    whenever one is made, so a copy for another host (dataclasses.replace) keeps the filter
+    (it was set on the profile afterwards, and replace re-derived it from the name alone)."""
+    cfg = JmConfig(topology=TOPO, policy="greedy",
+                   placement=PlacementConfig(delay=True, delay_node_s=1.0, delay_rack_s=2.0))
+    names = [f.name for f in cfg.profile.filters]
+    assert names == ["delay-scheduling"]
+    copy = dataclasses.replace(cfg, host="jmhost:1")
+    assert [f.name for f in copy.profile.filters] == names and copy.placement.delay_node_s == 1.0
+    assert not JmConfig(topology=TOPO, policy="greedy").profile.filters

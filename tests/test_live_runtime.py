@@ -14,6 +14,7 @@ from apollo.runtime.executor import Executor
 from apollo.runtime.live import LiveRuntime, run
 from apollo.spec import JobSpec, StageSpec
 from jm.host import JmHost
+from jm.config import DispatchConfig
 from jm.state import JmConfig
 from pn.state import PnConfig, PnState
 from rm.state import RmConfig, RmState
@@ -48,7 +49,7 @@ def cluster_actors():
     shapes = pncfg.grid.size
     rm = RmState(RmConfig(SERVERS, shapes, 4.0, 16.0, view_interval_s=0.2, dead_after_s=1.0))
     jmcfg = JmConfig(topology=topo, policy="apollo", io=IoModel(), grid=pncfg.grid,
-                     opportunistic=False)
+                     dispatch=DispatchConfig(opportunistic=False))
     return rm, JmHost(jmcfg), [PnState(s, pncfg) for s in range(SERVERS)]
 
 

@@ -17,6 +17,7 @@ from apollo.spec import JobSpec, StageSpec
 from apollo.workloads import load_workload
 from apollo.workloads.assign import assign
 from jm.policies.delay import DelayScheduling, DelayState, allowed_level
+from jm.config import PlacementConfig
 from jm.state import JmConfig, JmState
 from jm.view import ViewCache
 from rm.queues import load_queue_file
@@ -77,7 +78,7 @@ def delay_jm(now_free, w1=1.0, w2=1.0):
     for s in now_free:
         v.matrices[s] = 0.0                   # ... but on these
     spec = JobSpec("j", [StageSpec("map", 1, np.ones(1), input_bytes=np.full(1, 1e8), dataset="d")])
-    cfg = JmConfig(topology=TOPO, policy="hfs-delay", delay_node_s=w1, delay_rack_s=w2)
+    cfg = JmConfig(topology=TOPO, policy="hfs-delay", placement=PlacementConfig(delay_node_s=w1, delay_rack_s=w2))
     j = JmState(1, spec, 1, 0.0, cfg, v)
     return j, TOPO.replicas("d", np.arange(1))[0].tolist()
 
@@ -115,7 +116,7 @@ def test_slot_offers_give_each_slot_to_the_closest_task():
     target = next(int(s) for s in reps[1] if s not in reps[0])
     v.matrices[target] = 0.0
     v.matrices[target, 4:] = 1e9                        # one core free there, not two
-    cfg = JmConfig(topology=TOPO, policy="hfs-delay", delay_node_s=0.0, delay_rack_s=0.0)
+    cfg = JmConfig(topology=TOPO, policy="hfs-delay", placement=PlacementConfig(delay_node_s=0.0, delay_rack_s=0.0))
     j = JmState(1, spec, 2, 0.0, cfg, v)
     (d,) = sent(j.start(0.0, Rng()), Dispatch)
     assert d.to == f"pn:{target}" and [t.task for t in d.msg.tasks] == [1]

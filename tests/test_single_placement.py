@@ -19,6 +19,7 @@ from apollo.stragglers import DOLLY
 from apollo.workloads import load_workload
 from apollo.lifecycle import TaskState
 from apollo.messages import Holding, StatusBatch, TaskReport
+from jm.config import DispatchConfig, PlacementConfig
 from jm.state import JmConfig, JmState
 
 DISPATCHED, RUNNING, DONE, FAILED = TaskState.DISPATCHED, TaskState.RUNNING, TaskState.DONE, TaskState.FAILED
@@ -65,8 +66,8 @@ def scene(seed: int, servers: int, racks: int, policy: str, with_input: bool, fa
 def test_one_task_placement_equals_the_vectorised_one(seed, servers, racks, policy, with_input, failures, defer):
     racks = min(racks, servers)
     jm, cfg, now = scene(seed, servers, racks, policy, with_input, failures)
-    fast = dataclasses.replace(cfg, defer_s=defer)
-    slow = dataclasses.replace(fast, single_fast_path=False)
+    fast = dataclasses.replace(cfg, placement=PlacementConfig(defer_s=defer))
+    slow = dataclasses.replace(fast, placement=PlacementConfig(defer_s=defer, single_fast_path=False))
     ids = np.array([0])
     jm.cfg = fast
     a = jm.placement.place(ids, now, np.random.default_rng(seed))
@@ -95,7 +96,7 @@ def test_a_batch_of_one_placed_and_dispatched_in_plain_numbers_runs_as_the_vecto
     whole seeded runs, every actor validated after every event, give the same report."""
     cfg = SimConfig(servers=30, racks=3, seed=4, check=True, **extra)
     fast = _report(workload, cfg)
-    monkeypatch.setattr(simulate, "JmConfig", functools.partial(JmConfig, single_fast_path=False))
+    monkeypatch.setattr(simulate, "PlacementConfig", functools.partial(PlacementConfig, single_fast_path=False))
     assert _report(workload, cfg) == fast
 
 
@@ -128,7 +129,8 @@ def test_one_task_steps_leave_the_same_state_and_send_the_same_attempts(generati
     earlier = ((generation - 1) << 16) + 1          # an attempt the previous home sent
     runs = []
     for fast in (True, False):
-        cfg = JmConfig(topology=Topology(20, 2, 4.0, 16.0), single_fast_path=fast, opportunistic=False)
+        cfg = JmConfig(topology=Topology(20, 2, 4.0, 16.0), placement=PlacementConfig(single_fast_path=fast),
+                       dispatch=DispatchConfig(opportunistic=False))
         v = ViewCache(20)
         v.stamps[:] = 0.0
         v.matrices[:] = np.linspace(0.0, 3.0, 20)[:, None]

@@ -29,22 +29,22 @@ class Deferral(Filter):
     def rematches_on_news(self, cfg) -> bool:
         """Whether a task this filter holds back is looked at again on the next status or view
         (else the job polls)."""
-        return cfg.defer_s > 0
+        return cfg.placement.defer_s > 0
 
     def light_pool(self, b: Batch):
         """Where the lightly loaded candidates are drawn from: the idle servers, if any are known."""
-        if b.cfg.defer_s <= 0:
+        if b.cfg.placement.defer_s <= 0:
             return None
         idle = b.view.idle_servers(b.now)
         return idle if len(idle) else None
 
     def cut(self, b: Batch, state) -> Cut | None:
         cfg = b.cfg
-        if cfg.defer_s <= 0:
+        if cfg.placement.defer_s <= 0:
             return None
         ec, io = cfg.estimate, cfg.io
         doubt = ec.stale_penalty * min(max(b.now - b.view.time, 0.0), ec.max_stale_s)  # the idle server's
         # reading is as old as the view; in_bytes and runtime are floats for one task, arrays for many
-        limit = io.init_s + b.in_bytes / io.remote_bytes_per_s + b.runtime + cfg.defer_s + doubt
+        limit = io.init_s + b.in_bytes / io.remote_bytes_per_s + b.runtime + cfg.placement.defer_s + doubt
         view, now = b.view, b.now
         return Cut("E", limit, lambda: view.has_idle(now))

@@ -4,8 +4,8 @@ rack-local one, then takes any slot; launching a task sets its level to that tas
 locality and restarts the wait (so one node-local launch brings it back to waiting).
 
 Here a job "waits" from the first placement pass that found no slot it would take; tasks
-without input (reduces) are never held, as in HFS. The waits are JmConfig.delay_node_s (W1)
-and JmConfig.delay_rack_s (W2).
+without input (reduces) are never held, as in HFS. The waits are PlacementConfig.delay_node_s (W1)
+and PlacementConfig.delay_rack_s (W2).
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class DelayScheduling(Filter):
         cfg = b.cfg
         if state.since is None:
             state.since = b.now
-        lvl = allowed_level(state, b.now, cfg.delay_node_s, cfg.delay_rack_s)
+        lvl = allowed_level(state, b.now, cfg.placement.delay_node_s, cfg.placement.delay_rack_s)
         if lvl >= REMOTE:
             return None
         # tasks with no input to be near are never held (one task: a bool; many: an array)
@@ -58,8 +58,9 @@ class DelayScheduling(Filter):
         """When the job's allowed level next widens (it should look again then)."""
         if state.since is None or state.level >= REMOTE:
             return None
-        w = state.since + (cfg.delay_node_s + cfg.delay_rack_s if state.level == NODE else cfg.delay_rack_s)
-        w1 = state.since + cfg.delay_node_s
+        pc = cfg.placement
+        w = state.since + (pc.delay_node_s + pc.delay_rack_s if state.level == NODE else pc.delay_rack_s)
+        w1 = state.since + pc.delay_node_s
         if state.level == NODE and now < w1:
             return w1
         return w if now < w else None

@@ -53,7 +53,7 @@ class StableMatching(Matcher):
         srv = cand[rows, best]
         fin = np.isfinite(C[rows, best])
         pick = srv[fin]
-        if b.cfg.max_rounds >= 1 and (len(pick) <= 1 or _most_picked(pick.tolist()) <= cap):
+        if b.cfg.placement.max_rounds >= 1 and (len(pick) <= 1 or _most_picked(pick.tolist()) <= cap):
             return (np.where(fin, srv, UNMATCHED), np.where(fin, b.W[rows, best], 0.0),
                     np.where(fin, b.loc[rows, best], REMOTE))
         return _match_seats(b, cap)
@@ -73,9 +73,9 @@ def _match_seats(b: Batch, cap: int):
     B, K = cand.shape
     Q = max(1, int(b.topology.cores))
     if Q == 1:
-        return stable_match(cand, C, b.cfg.max_rounds, capacity=cap), None, None
+        return stable_match(cand, C, b.cfg.placement.max_rounds, capacity=cap), None, None
     free = np.floor(b.view.free_cpu(cand.ravel(), b.now).reshape(B, K) / b.cpu[:, None] + 1e-9)
-    srv, _ = seat_match(cand, C, b.runtime * b.cpu / b.topology.cores, free, Q, b.cfg.max_rounds, cap)
+    srv, _ = seat_match(cand, C, b.runtime * b.cpu / b.topology.cores, free, Q, b.cfg.placement.max_rounds, cap)
     return srv, None, None      # (the pipeline reads each task's wait and locality there)
 
 

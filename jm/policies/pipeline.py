@@ -87,7 +87,7 @@ def place_one(b: Batch, profile, states, fail_rate, rng, reps: list[int]):
     cfg = b.cfg
     _narrow_light(b, profile)
     cand, loc, C, E, W = options_one(reps, b.in_bytes, b.runtime, b.shape, b.cpu, b.now, b.view, fail_rate, cfg.io,
-                                     cfg.estimate, b.topology, rng, cfg.per_rack, 2, b.light)
+                                     cfg.estimate, b.topology, rng, cfg.placement.per_rack, 2, b.light)
     for f, st in zip(profile.filters, states):
         cut = f.cut(b, st)
         if cut is None:
