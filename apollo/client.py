@@ -144,7 +144,7 @@ def job_status(folder: Path, job_id: int, tail: EventTail | None = None) -> JobS
     if row is None:
         return None
     name, blob, state, t0, t1, reason = row
-    spec = JOB[1](msgpack.unpackb(blob, raw=False), f"stored job {job_id}")
+    spec = JOB["decode"](msgpack.unpackb(blob, raw=False), f"stored job {job_id}")
     st = JobStatus(job_id, name, state, t0, t1, reason or "", [StageStatus(s.name, s.tasks) for s in spec.stages])
     for a in (tail or EventTail(folder)).poll():
         if a[A_JOB] != job_id:

@@ -1,305 +1,33 @@
-"""Every message of the protocol: one slotted class each, with wire encoding.
-
-On the wire a message is a msgpack array ``[code, field1, field2, ...]``.
-Each class lists its fields with a codec (encode, decode-and-validate);
-``decode`` checks the code, the arity and every field, and raises WireError
-naming the message and the field. Numeric arrays travel as raw little-endian
-bytes (msgpack bin) so a 20,000-server view costs one memcpy, not 20,000
-Python floats.
-"""
+"""Every message of the protocol: one slotted dataclass each, every field declared once with its
+codec (apollo.wire: how messages travel, and what decoding checks)."""
 from __future__ import annotations
 
-import math
-import operator
-from dataclasses import dataclass, fields
-from typing import Any, Callable, ClassVar
+from dataclasses import dataclass, field
+from typing import Any
 
-import msgpack
 import numpy as np
 
 from .spec import JobSpec, SpecError, StageSpec
+from .wire import (BOOL, BYTES, F32, F64, FLOAT, I32, I64, INT, NAT, STR, STR_MAP, Message, array, as_float, as_int,
+                   as_nat, as_str, codec, lst, nested, opt, tup, wire)
+# (the protocol's users take these from here, with the messages)
+from .wire import REGISTRY, WireError, decode, encode, pack, unpack  # noqa: F401
 
 PROTOCOL_VERSION = 5
 
 
-class WireError(ValueError):
-    """A frame or message that does not decode; the message says what and where."""
+# ---- nested structs: a job's spec (its codec spelled out), a task attempt, its report ------------
 
+_F64_BYTES, _F64, _STR_MAP = F64["encode"], F64["decode"], STR_MAP["decode"]
+_OPT_F64, _OPT_STR, _STR_TUPLE, _OPT_STR_TUPLE, _OPT_FLOAT = (
+    opt(F64)["decode"], opt(STR)["decode"], tup(STR)["decode"], opt(tup(STR))["decode"], opt(FLOAT)["decode"])
 
-# ---- field codecs: (encode, decode) pairs; decode validates ----------------
-
-Codec = tuple[Callable[[Any], Any], Callable[[Any, str], Any]]
-
-
-def _ident(v: Any) -> Any:
-    return v
-
-
-def _int(v: Any, where: str) -> int:
-    if type(v) is not int:
-        raise WireError(f"{where}: expected an integer, got {type(v).__name__}")
-    return v
-
-
-def _nonneg_int(v: Any, where: str) -> int:
-    v = _int(v, where)
-    if v < 0:
-        raise WireError(f"{where}: expected >= 0, got {v}")
-    return v
-
-
-def _float(v: Any, where: str) -> float:
-    if type(v) is float or type(v) is int:
-        v = float(v)
-        if not math.isfinite(v):
-            raise WireError(f"{where}: {v} is not allowed (numbers must be finite)")
-        return v
-    raise WireError(f"{where}: expected a number, got {type(v).__name__}")
-
-
-def _str(v: Any, where: str) -> str:
-    if type(v) is not str:
-        raise WireError(f"{where}: expected a string, got {type(v).__name__}")
-    return v
-
-
-def _bool(v: Any, where: str) -> bool:
-    if type(v) is not bool:
-        raise WireError(f"{where}: expected a boolean, got {type(v).__name__}")
-    return v
-
-
-def _bytes(v: Any, where: str) -> bytes:
-    if type(v) is not bytes:
-        raise WireError(f"{where}: expected bytes, got {type(v).__name__}")
-    return v
-
-
-INT: Codec = (_ident, _int)
-NAT: Codec = (_ident, _nonneg_int)
-FLOAT: Codec = (_ident, _float)
-STR: Codec = (_ident, _str)
-BOOL: Codec = (_ident, _bool)
-BYTES: Codec = (_ident, _bytes)
-
-
-def opt(c: Codec) -> Codec:
-    enc, dec = c
-    return (lambda v: None if v is None else enc(v),
-            lambda v, w: None if v is None else dec(v, w))
-
-
-def lst(c: Codec) -> Codec:
-    enc, dec = c
-
-    def decode(v: Any, where: str) -> list:
-        if type(v) is not list:
-            raise WireError(f"{where}: expected a list, got {type(v).__name__}")
-        try:
-            return [dec(x, "") for x in v]
-        except WireError as e:
-            raise WireError(f"{where}[{_index_of_error(v, dec)}]{e}") from None
-    if enc is _ident:
-        return (list, decode)
-    return (lambda v: [enc(x) for x in v], decode)
-
-
-def _index_of_error(v: list, dec) -> int:
-    for i, x in enumerate(v):
-        try:
-            dec(x, "")
-        except WireError:
-            return i
-    return -1
-
-
-def tup(c: Codec) -> Codec:
-    enc, dec = lst(c)
-    return (enc, lambda v, w: tuple(dec(v, w)))
-
-
-def _str_dict(v: Any, where: str) -> dict:
-    if type(v) is not dict or not all(type(k) is str and type(x) is str for k, x in v.items()):
-        raise WireError(f"{where}: expected a map of strings to strings")
-    return v
-
-
-STR_MAP: Codec = (dict, _str_dict)
-
-
-def array(dtype: str) -> Codec:
-    dt = np.dtype(dtype).newbyteorder("<")
-    kind_f = dt.kind == "f"
-
-    def decode(v: Any, where: str) -> np.ndarray:
-        b = _bytes(v, where)
-        if len(b) % dt.itemsize:
-            raise WireError(f"{where}: {len(b)} bytes is not a whole number of {dt} items")
-        a = np.frombuffer(b, dtype=dt)
-        # One reduction: a sum is finite only if every item is (items are bounded far below
-        # the overflow point by the senders; a sum that overflows is refused all the same).
-        # A short array's in Python: ~0.3 us where numpy's call costs ~1.5 (a 1-task job's spec
-        # is decoded twice on its way to its first task).
-        if kind_f and len(a) and not math.isfinite(sum(a.tolist()) if len(a) <= 16 else a.sum()):
-            raise WireError(f"{where}: array holds NaN or infinity")
-        return a
-    return (lambda a: np.ascontiguousarray(a, dtype=dt).tobytes(), decode)
-
-
-F64 = array("f8")
-F32 = array("f4")
-I32 = array("i4")
-I64 = array("i8")
-
-
-def nested(cls: type) -> Codec:
-    return (lambda v: v.to_wire(), _FROM_WIRE[cls])      # (cls is wired before its container)
-
-
-# ---- the message base -------------------------------------------------------
-
-REGISTRY: dict[int, type["Message"]] = {}
-
-
-class Message:
-    """Base of all messages and nested structs: dataclasses, treated as values.
-
-    Nobody changes a message once made (in one process a sender may share it with its
-    receiver; a PN that turns an attempt regular makes a new TaskSpec). They are not
-    ``frozen``: a frozen dataclass sets each field through ``object.__setattr__``, which makes
-    a TaskSpec cost 1.5 us instead of 0.2 us, and the hot paths make several per task. The
-    messages made once or more per task (TaskSpec, TaskReport, Dispatch, StatusBatch, ...) spell
-    out their ``__init__``: compiled (apollo.native), such a class is a C struct made in ~30 ns,
-    where a generated ``__init__`` would still run as Python. ``wire`` (below each class) gives a
-    class its codecs and its code."""
-    __slots__ = ()
-    CODE: ClassVar[int] = -1
-    CODECS: ClassVar[tuple[Codec, ...]] = ()
-    _NAMES: ClassVar[tuple[str, ...]] = ()
-    _DECODERS: ClassVar[tuple] = ()
-    _ENCODERS: ClassVar[tuple] = ()
-    _GETTER: ClassVar[Any] = None
-
-    def to_wire(self) -> list:
-        vals = list(self._GETTER(self))
-        for i, enc in self._ENCODERS:
-            vals[i] = enc(vals[i])
-        return vals
-
-
-_FROM_WIRE: dict[type, Callable[..., Any]] = {}     # class -> its generated decoder (decode, nested)
-
-
-def _from_wire_checked(cls: type, v: Any, where: str = "") -> Any:
-    """The generic decoder: accepts what the field codecs accept and words every error."""
-    # Field decoders get just the field's name; the path is prefixed only when an
-    # error climbs out, so the fast path formats no strings.
-    where = where or cls.__name__
-    codecs = cls.CODECS  # type: ignore[attr-defined]
-    if type(v) is not list or len(v) != len(codecs):
-        got = len(v) if type(v) is list else type(v).__name__
-        raise WireError(f"{where}: expected {len(codecs)} fields, got {got}")
-    try:
-        return cls(*[dec(x, n) for x, n, dec in zip(v, cls._NAMES, cls._DECODERS)])  # type: ignore[attr-defined]
-    except WireError as e:
-        raise WireError(f"{where}.{e}") from None
-
-
-# Field checks a generated decoder inlines (a finite float: x - x is 0.0 only when x is finite).
-_INLINE = {_int: "type({x}) is int", _nonneg_int: "type({x}) is int and {x} >= 0",
-           _str: "type({x}) is str", _bool: "type({x}) is bool", _bytes: "type({x}) is bytes",
-           _float: "type({x}) is float and {x} - {x} == 0.0"}
-
-
-def _fast_decoder(cls: type) -> Callable:
-    """A decoder made for ``cls``: the plain field checks inlined, one call per other field, and
-    anything unexpected handed to the generic ``_from_wire_checked``, which accepts what it
-    accepts (an int for a float) and words every error. Decoding is most of what a busy JM or
-    PN does with a message, so this is worth the generated code."""
-    n = len(cls.CODECS)
-    f = [f"f{i}" for i in range(n)]
-    ns: dict[str, Any] = {"cls": cls, "slow": _from_wire_checked, "WireError": WireError}
-    body = [f"if type(v) is not list or len(v) != {n}:", "    return slow(cls, v, where)",
-            f"{', '.join(f)}, = v"]
-    checks = []
-    calls = []
-    for i, (dec, name) in enumerate(zip(cls._DECODERS, cls._NAMES)):
-        if dec in _INLINE:
-            checks.append("(" + _INLINE[dec].format(x=f[i]) + ")")
-        else:
-            ns[f"d{i}"], ns[f"n{i}"] = dec, name
-            calls.append(f"    {f[i]} = d{i}({f[i]}, n{i})")
-    if checks:
-        body += [f"if not ({' and '.join(checks)}):", "    return slow(cls, v, where)"]
-    if calls:
-        body += ["try:", *calls, "except WireError:", "    return slow(cls, v, where)"]
-    body.append(f"return cls({', '.join(f)})")
-    src = "def decode(v, where=''):\n" + "\n".join("    " + line for line in body)
-    exec(compile(src, f"<decoder of {cls.__name__}>", "exec"), ns)
-    return ns["decode"]
-
-
-def wire(cls: type[Message], code: int = -1, **codecs: Codec) -> None:
-    """Give dataclass ``cls`` its codecs (one per field, in field order) and register ``code``
-    (-1: a nested struct, never a frame of its own). A function called below each class, not
-    a class decorator: mypyc compiles only classes decorated with nothing but ``dataclass``."""
-    names = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
-    missing = set(names) ^ set(codecs)
-    if missing:
-        raise TypeError(f"{cls.__name__}: codecs do not match fields: {sorted(missing)}")
-    if tuple(codecs) != names:
-        raise TypeError(f"{cls.__name__}: codecs not in field order")
-    cls._NAMES = names
-    cls.CODECS = tuple(codecs[n] for n in names)
-    cls._DECODERS = tuple(c[1] for c in cls.CODECS)
-    # One C-level call fetches every field; only non-trivial encoders run per field.
-    getter = operator.attrgetter(*names)
-    cls._GETTER = staticmethod(getter if len(names) > 1 else (lambda o, g=getter: (g(o),)))
-    cls._ENCODERS = tuple((i, c[0]) for i, c in enumerate(cls.CODECS) if c[0] is not _ident)
-    _FROM_WIRE[cls] = _fast_decoder(cls)
-    cls.CODE = code
-    if code >= 0:
-        if code in REGISTRY:
-            raise TypeError(f"message code {code} used twice")
-        REGISTRY[code] = cls
-
-
-def encode(msg: Message) -> list:
-    return [msg.CODE, *msg.to_wire()]
-
-
-def decode(v: Any) -> Message:
-    if type(v) is not list or not v:
-        raise WireError(f"a message must be a non-empty array, got {type(v).__name__}")
-    cls = REGISTRY.get(v[0]) if type(v[0]) is int else None
-    if cls is None:
-        raise WireError(f"unknown message type code {v[0]!r}")
-    return _FROM_WIRE[cls](v[1:])
-
-
-def pack(msg: Message) -> bytes:
-    return msgpack.packb(encode(msg), use_bin_type=True)
-
-
-def unpack(b: bytes) -> Message:
-    try:
-        v = msgpack.unpackb(b, raw=False, strict_map_key=True)
-    except Exception as e:  # msgpack raises several unrelated types
-        raise WireError(f"undecodable msgpack: {e}") from None
-    return decode(v)
-
-
-# ---- nested structs ---------------------------------------------------------
 
 def _stage_to_wire(s: StageSpec) -> list:
-    return [s.name, s.tasks, F64[0](s.durations_s), s.cpu, s.mem_gb,
-            None if s.input_bytes is None else F64[0](s.input_bytes), s.dataset,
+    return [s.name, s.tasks, _F64_BYTES(s.durations_s), s.cpu, s.mem_gb,
+            None if s.input_bytes is None else _F64_BYTES(s.input_bytes), s.dataset,
             list(s.depends_on), None if s.command is None else list(s.command),
             dict(s.env), s.cwd, s.timeout_s]
-
-
-_OPT_F64, _OPT_STR, _STR_TUPLE, _OPT_STR_TUPLE, _OPT_FLOAT = (
-    opt(F64)[1], opt(STR)[1], tup(STR)[1], opt(tup(STR))[1], opt(FLOAT)[1])
 
 
 _STAGE_FIELDS = (".name", ".tasks", ".durations_s", ".cpu", ".mem_gb", ".input_bytes", ".dataset", ".depends_on",
@@ -317,23 +45,23 @@ def _stage_from_wire(v: Any, w: str) -> StageSpec:
 
 def _stage_fields(v: list, n: tuple) -> StageSpec:
     return StageSpec(
-        name=_str(v[0], n[0]), tasks=_nonneg_int(v[1], n[1]), durations_s=F64[1](v[2], n[2]),
-        cpu=_float(v[3], n[3]), mem_gb=_float(v[4], n[4]), input_bytes=_OPT_F64(v[5], n[5]),
+        name=as_str(v[0], n[0]), tasks=as_nat(v[1], n[1]), durations_s=_F64(v[2], n[2]),
+        cpu=as_float(v[3], n[3]), mem_gb=as_float(v[4], n[4]), input_bytes=_OPT_F64(v[5], n[5]),
         dataset=_OPT_STR(v[6], n[6]), depends_on=_STR_TUPLE(v[7], n[7]), command=_OPT_STR_TUPLE(v[8], n[8]),
-        env=STR_MAP[1](v[9], n[9]), cwd=_OPT_STR(v[10], n[10]), timeout_s=_OPT_FLOAT(v[11], n[11]))
+        env=_STR_MAP(v[9], n[9]), cwd=_OPT_STR(v[10], n[10]), timeout_s=_OPT_FLOAT(v[11], n[11]))
 
 
-STAGE: Codec = (_stage_to_wire, _stage_from_wire)
-_STAGES = lst(STAGE)[1]
+STAGE = codec(_stage_to_wire, _stage_from_wire)
+_STAGES = lst(STAGE)["decode"]
 
 
 _JOB_FIELDS = (".name", ".stages", ".arrival_s", ".priority", ".max_retries", ".user", ".queue")
 
 
 def _job_fields(v: list, n: tuple) -> JobSpec:
-    return JobSpec(name=_str(v[0], n[0]), stages=_STAGES(v[1], n[1]), arrival_s=_float(v[2], n[2]),
-                   priority=_int(v[3], n[3]), max_retries=_nonneg_int(v[4], n[4]), user=_str(v[5], n[5]),
-                   queue=_str(v[6], n[6]))
+    return JobSpec(name=as_str(v[0], n[0]), stages=_STAGES(v[1], n[1]), arrival_s=as_float(v[2], n[2]),
+                   priority=as_int(v[3], n[3]), max_retries=as_nat(v[4], n[4]), user=as_str(v[5], n[5]),
+                   queue=as_str(v[6], n[6]))
 
 
 def _job_decode(v: Any, w: str) -> JobSpec:
@@ -350,8 +78,8 @@ def _job_decode(v: Any, w: str) -> JobSpec:
     return job
 
 
-JOB: Codec = (lambda j: [j.name, [_stage_to_wire(s) for s in j.stages], j.arrival_s, j.priority,
-                         j.max_retries, j.user, j.queue], _job_decode)
+JOB = codec(lambda j: [j.name, [_stage_to_wire(s) for s in j.stages], j.arrival_s, j.priority,
+                       j.max_retries, j.user, j.queue], _job_decode)
 
 
 @dataclass(init=False)
@@ -359,23 +87,23 @@ class TaskSpec(Message):
     """One attempt of one task as a PN receives it. ``duration_s`` is the modelled compute time;
     ``kind``: apollo.lifecycle.AttemptKind (a PN reports the start of any but a task's first
     attempt at once: its JM kills the attempts that lost the race)."""
-    job_id: int
-    task: int
-    attempt: int
-    stage: int
-    cpu: float
-    mem_gb: float
-    duration_s: float
-    input_bytes: float
-    locality: int
-    est_runtime_s: float
-    opportunistic: bool
-    command: tuple | None
-    env: dict
-    cwd: str | None
-    timeout_s: float | None
-    mem_limit: bool
-    kind: int
+    job_id: int = field(metadata=NAT)
+    task: int = field(metadata=NAT)
+    attempt: int = field(metadata=NAT)
+    stage: int = field(metadata=NAT)
+    cpu: float = field(metadata=FLOAT)
+    mem_gb: float = field(metadata=FLOAT)
+    duration_s: float = field(metadata=FLOAT)
+    input_bytes: float = field(metadata=FLOAT)
+    locality: int = field(metadata=NAT)
+    est_runtime_s: float = field(metadata=FLOAT)
+    opportunistic: bool = field(metadata=BOOL)
+    command: tuple | None = field(metadata=opt(tup(STR)))
+    env: dict = field(metadata=STR_MAP)
+    cwd: str | None = field(metadata=opt(STR))
+    timeout_s: float | None = field(metadata=opt(FLOAT))
+    mem_limit: bool = field(metadata=BOOL)
+    kind: int = field(metadata=NAT)
 
     def __init__(self, job_id: int, task: int, attempt: int, stage: int, cpu: float, mem_gb: float,
                  duration_s: float, input_bytes: float, locality: int, est_runtime_s: float, opportunistic: bool,
@@ -404,9 +132,7 @@ class TaskSpec(Message):
         return (self.job_id, self.task, self.attempt)
 
 
-wire(TaskSpec, job_id=NAT, task=NAT, attempt=NAT, stage=NAT, cpu=FLOAT, mem_gb=FLOAT, duration_s=FLOAT,
-     input_bytes=FLOAT, locality=NAT, est_runtime_s=FLOAT, opportunistic=BOOL, command=opt(tup(STR)), env=STR_MAP,
-     cwd=opt(STR), timeout_s=opt(FLOAT), mem_limit=BOOL, kind=NAT)
+wire(TaskSpec)
 
 
 @dataclass(init=False)
@@ -414,15 +140,15 @@ class TaskReport(Message):
     """A task attempt's state change at a PN: state is a lifecycle.TaskState value. A report of a
     running attempt may carry its ``progress`` (0-1; < 0: unknown); one of a queued attempt its
     planned start in ``t_end`` (PN clock; 0: unknown)."""
-    job_id: int
-    task: int
-    attempt: int
-    state: int
-    t_start: float
-    t_end: float
-    exit_code: int
-    detail: str
-    progress: float
+    job_id: int = field(metadata=NAT)
+    task: int = field(metadata=NAT)
+    attempt: int = field(metadata=NAT)
+    state: int = field(metadata=NAT)
+    t_start: float = field(metadata=FLOAT)
+    t_end: float = field(metadata=FLOAT)
+    exit_code: int = field(metadata=INT)
+    detail: str = field(metadata=STR)
+    progress: float = field(metadata=FLOAT)
 
     def __init__(self, job_id: int, task: int, attempt: int, state: int, t_start: float, t_end: float,
                  exit_code: int, detail: str, progress: float = -1.0) -> None:
@@ -437,8 +163,7 @@ class TaskReport(Message):
         self.progress = progress
 
 
-wire(TaskReport, job_id=NAT, task=NAT, attempt=NAT, state=NAT, t_start=FLOAT, t_end=FLOAT, exit_code=INT,
-     detail=STR, progress=FLOAT)
+wire(TaskReport)
 
 
 # ---- messages ---------------------------------------------------------------
@@ -448,27 +173,27 @@ class SubmitJob(Message):
     """Client -> RM. job_id -1 asks the RM to assign one. ``key``: the client's idempotency key
     ("" none): a retry with the same key is answered about the job already stored (accepted,
     or its JobDone once it has finished), never stored twice."""
-    job_id: int
-    spec: JobSpec
-    reply_to: str
-    key: str = ""
+    job_id: int = field(metadata=INT)
+    spec: JobSpec = field(metadata=JOB)
+    reply_to: str = field(metadata=STR)
+    key: str = field(default="", metadata=STR)
 
 
-wire(SubmitJob, 1, job_id=INT, spec=JOB, reply_to=STR, key=STR)
+wire(SubmitJob, 1)
 
 
 @dataclass
 class JobAccepted(Message):
     """RM -> client: the job is stored (accepted) or refused with a reason; ``key``: the
     submission's idempotency key (a client matches answers to its submissions by it)."""
-    job_id: int
-    name: str
-    accepted: bool
-    reason: str
-    key: str = ""
+    job_id: int = field(metadata=NAT)
+    name: str = field(metadata=STR)
+    accepted: bool = field(metadata=BOOL)
+    reason: str = field(metadata=STR)
+    key: str = field(default="", metadata=STR)
 
 
-wire(JobAccepted, 2, job_id=NAT, name=STR, accepted=BOOL, reason=STR, key=STR)
+wire(JobAccepted, 2)
 
 
 @dataclass
@@ -480,21 +205,20 @@ class StartJob(Message):
     ``clones``: Dolly's attempts per task (1: not cloned), within ``clone_cpu`` CPUs of the
     cluster's clone budget (rm/clones.py); ``clones_low``: the clones run at low priority
     (opportunistic: the cluster was above Dolly's utilization ceiling)."""
-    job_id: int
-    spec: JobSpec
-    tokens: int
-    submitted_at: float
-    reply_to: str
-    seq: int = 0
-    generation: int = 0
-    done: bytes = b""
-    clones: int = 1
-    clone_cpu: float = 0.0
-    clones_low: bool = False
+    job_id: int = field(metadata=NAT)
+    spec: JobSpec = field(metadata=JOB)
+    tokens: int = field(metadata=NAT)
+    submitted_at: float = field(metadata=FLOAT)
+    reply_to: str = field(metadata=STR)
+    seq: int = field(default=0, metadata=NAT)
+    generation: int = field(default=0, metadata=NAT)
+    done: bytes = field(default=b"", metadata=BYTES)
+    clones: int = field(default=1, metadata=NAT)
+    clone_cpu: float = field(default=0.0, metadata=FLOAT)
+    clones_low: bool = field(default=False, metadata=BOOL)
 
 
-wire(StartJob, 3, job_id=NAT, spec=JOB, tokens=NAT, submitted_at=FLOAT, reply_to=STR, seq=NAT, generation=NAT,
-     done=BYTES, clones=NAT, clone_cpu=FLOAT, clones_low=BOOL)
+wire(StartJob, 3)
 
 
 @dataclass
@@ -502,21 +226,21 @@ class TokenGrant(Message):
     """RM -> JM: the job now holds ``tokens``. ``seq`` grows with every token message the RM sends
     the job (StartJob, TokenGrant, ReclaimTokens): a JM ignores an older one (a duplicate, or one
     overtaken), and the RM re-sends the latest to a JM whose host reports an older seq."""
-    job_id: int
-    tokens: int
-    seq: int = 0
+    job_id: int = field(metadata=NAT)
+    tokens: int = field(metadata=NAT)
+    seq: int = field(default=0, metadata=NAT)
 
 
-wire(TokenGrant, 4, job_id=NAT, tokens=NAT, seq=NAT)
+wire(TokenGrant, 4)
 
 
 @dataclass(init=False)
 class Dispatch(Message):
     """JM -> PN: task attempts to queue (one message per PN per scheduling batch). ``reply_to``:
     the JM host to report them to ("": "jm:JOB", a route)."""
-    job_id: int
-    tasks: list[TaskSpec]
-    reply_to: str
+    job_id: int = field(metadata=NAT)
+    tasks: list[TaskSpec] = field(metadata=lst(nested(TaskSpec)))
+    reply_to: str = field(metadata=STR)
 
     def __init__(self, job_id: int, tasks: list[TaskSpec], reply_to: str = "") -> None:
         self.job_id = job_id
@@ -524,14 +248,14 @@ class Dispatch(Message):
         self.reply_to = reply_to
 
 
-wire(Dispatch, 5, job_id=NAT, tasks=lst(nested(TaskSpec)), reply_to=STR)
+wire(Dispatch, 5)
 
 
 @dataclass(init=False)
 class KillTask(Message):
-    job_id: int
-    task: int
-    attempt: int
+    job_id: int = field(metadata=NAT)
+    task: int = field(metadata=NAT)
+    attempt: int = field(metadata=NAT)
 
     def __init__(self, job_id: int, task: int, attempt: int) -> None:
         self.job_id = job_id
@@ -539,7 +263,7 @@ class KillTask(Message):
         self.attempt = attempt
 
 
-wire(KillTask, 6, job_id=NAT, task=NAT, attempt=NAT)
+wire(KillTask, 6)
 
 
 @dataclass(init=False)
@@ -547,12 +271,12 @@ class StatusBatch(Message):
     """PN -> JM: task state changes plus the PN's current wait-time matrix. Times are on the
     PN's clock; ``time``: when it was sent (< 0: unknown), from which the JM host estimates
     that clock's offset from its own (apollo.clocks)."""
-    job_id: int
-    server: int
-    reports: list[TaskReport]
-    matrix: "np.ndarray | list[float]"  # float32 on the wire; a sender may hand a list
-    matrix_time: float
-    time: float
+    job_id: int = field(metadata=NAT)
+    server: int = field(metadata=NAT)
+    reports: list[TaskReport] = field(metadata=lst(nested(TaskReport)))
+    matrix: "np.ndarray | list[float]" = field(metadata=F32)  # float32 on the wire; a sender may hand a list
+    matrix_time: float = field(metadata=FLOAT)
+    time: float = field(metadata=FLOAT)
 
     def __init__(self, job_id: int, server: int, reports: list[TaskReport], matrix: "np.ndarray | list[float]",
                  matrix_time: float, time: float = -1.0) -> None:
@@ -564,23 +288,22 @@ class StatusBatch(Message):
         self.time = time
 
 
-wire(StatusBatch, 7, job_id=NAT, server=NAT, reports=lst(nested(TaskReport)), matrix=F32, matrix_time=FLOAT,
-     time=FLOAT)
+wire(StatusBatch, 7)
 
 
 @dataclass(init=False)
 class Heartbeat(Message):
     """PN -> RM. ``jobs`` / ``job_cpus``: the CPUs each job's regular attempts run on here
     (queued and opportunistic attempts hold nothing): what the RM counts as held."""
-    server: int
-    boot_time: float
-    time: float
-    matrix: "np.ndarray | list[float]"  # float32 on the wire; a sender may hand a list
-    running: int
-    queued: int
-    cpu_free: float
-    jobs: list[int]
-    job_cpus: list[float]
+    server: int = field(metadata=NAT)
+    boot_time: float = field(metadata=FLOAT)
+    time: float = field(metadata=FLOAT)
+    matrix: "np.ndarray | list[float]" = field(metadata=F32)  # float32 on the wire; a sender may hand a list
+    running: int = field(metadata=NAT)
+    queued: int = field(metadata=NAT)
+    cpu_free: float = field(metadata=FLOAT)
+    jobs: list[int] = field(metadata=lst(NAT))
+    job_cpus: list[float] = field(metadata=lst(FLOAT))
 
     def __init__(self, server: int, boot_time: float, time: float, matrix: "np.ndarray | list[float]",
                  running: int, queued: int, cpu_free: float, jobs: list[int] | None = None,
@@ -596,22 +319,21 @@ class Heartbeat(Message):
         self.job_cpus = [] if job_cpus is None else job_cpus
 
 
-wire(Heartbeat, 8, server=NAT, boot_time=FLOAT, time=FLOAT, matrix=F32, running=NAT, queued=NAT, cpu_free=FLOAT,
-     jobs=lst(NAT), job_cpus=lst(FLOAT))
+wire(Heartbeat, 8)
 
 
 @dataclass
 class ClusterView(Message):
     """RM -> JM hosts: every server's last matrix (flattened, servers x shapes) and liveness."""
-    time: float
-    matrices: np.ndarray
-    stamps: np.ndarray
-    boot_times: np.ndarray
-    alive: np.ndarray
-    lightly_loaded: np.ndarray
+    time: float = field(metadata=FLOAT)
+    matrices: np.ndarray = field(metadata=F32)
+    stamps: np.ndarray = field(metadata=F64)
+    boot_times: np.ndarray = field(metadata=F64)
+    alive: np.ndarray = field(metadata=array("u1"))
+    lightly_loaded: np.ndarray = field(metadata=I32)
 
 
-wire(ClusterView, 9, time=FLOAT, matrices=F32, stamps=F64, boot_times=F64, alive=array("u1"), lightly_loaded=I32)
+wire(ClusterView, 9)
 
 
 @dataclass(init=False)
@@ -621,11 +343,11 @@ class JobDemand(Message):
     run, the RM hears from the PNs); a cloned job's ``clone_cpu``: what of its clone grant it may
     still use (its unfinished tasks' clones; < 0: not cloned): the RM gives the rest back to the
     clone budget. ``seq``: the last token message it had when it said so."""
-    job_id: int
-    remaining: int
-    in_use: int
-    clone_cpu: float
-    seq: int
+    job_id: int = field(metadata=NAT)
+    remaining: int = field(metadata=NAT)
+    in_use: int = field(metadata=NAT)
+    clone_cpu: float = field(metadata=FLOAT)
+    seq: int = field(metadata=NAT)
 
     def __init__(self, job_id: int, remaining: int, in_use: int = 0, clone_cpu: float = -1.0, seq: int = 0) -> None:
         self.job_id = job_id
@@ -635,17 +357,17 @@ class JobDemand(Message):
         self.seq = seq
 
 
-wire(JobDemand, 10, job_id=NAT, remaining=NAT, in_use=NAT, clone_cpu=FLOAT, seq=NAT)
+wire(JobDemand, 10)
 
 
 @dataclass
 class JobDone(Message):
     """JM -> RM (-> client): the job finished, or failed with a reason."""
-    job_id: int
-    ok: bool
-    reason: str
-    finished_at: float
-    tasks_done: int
+    job_id: int = field(metadata=NAT)
+    ok: bool = field(metadata=BOOL)
+    reason: str = field(metadata=STR)
+    finished_at: float = field(metadata=FLOAT)
+    tasks_done: int = field(metadata=NAT)
 
     @property
     def state(self) -> str:
@@ -653,26 +375,26 @@ class JobDone(Message):
         return "done" if self.ok else ("cancelled" if self.reason == "cancelled" else "failed")
 
 
-wire(JobDone, 11, job_id=NAT, ok=BOOL, reason=STR, finished_at=FLOAT, tasks_done=NAT)
+wire(JobDone, 11)
 
 
 @dataclass
 class CancelJob(Message):
-    job_id: int
+    job_id: int = field(metadata=NAT)
 
 
-wire(CancelJob, 12, job_id=NAT)
+wire(CancelJob, 12)
 
 
 @dataclass
 class UpgradeTask(Message):
     """JM -> PN: an opportunistic attempt now holds a token: run it as a regular task."""
-    job_id: int
-    task: int
-    attempt: int
+    job_id: int = field(metadata=NAT)
+    task: int = field(metadata=NAT)
+    attempt: int = field(metadata=NAT)
 
 
-wire(UpgradeTask, 13, job_id=NAT, task=NAT, attempt=NAT)
+wire(UpgradeTask, 13)
 
 
 @dataclass
@@ -680,12 +402,12 @@ class DemoteTask(Message):
     """JM -> PN: the job holds fewer tokens than its regular attempts: if this attempt is still
     queued it waits as an opportunistic one, behind every regular task (answered with a report
     "demoted"; its JM upgrades it again when a token frees); if it runs already, nothing."""
-    job_id: int
-    task: int
-    attempt: int
+    job_id: int = field(metadata=NAT)
+    task: int = field(metadata=NAT)
+    attempt: int = field(metadata=NAT)
 
 
-wire(DemoteTask, 22, job_id=NAT, task=NAT, attempt=NAT)
+wire(DemoteTask, 22)
 
 
 @dataclass
@@ -695,24 +417,24 @@ class YieldJob(Message):
     seconds on its running regular attempts here yield: a regular task of another job waiting
     for their room preempts them, the youngest first. ``after_s`` < 0: no longer (the job holds
     no more than it may keep)."""
-    job_id: int
-    after_s: float
+    job_id: int = field(metadata=NAT)
+    after_s: float = field(metadata=FLOAT)
 
 
-wire(YieldJob, 23, job_id=NAT, after_s=FLOAT)
+wire(YieldJob, 23)
 
 
 @dataclass
 class ProbeTask(Message):
     """JM -> PN: where is this attempt? (answered with a StatusBatch: queued, running, its end if
     it ended lately, or READY with detail "unknown attempt" when the PN never got it)."""
-    job_id: int
-    task: int
-    attempt: int
-    reply_to: str = ""
+    job_id: int = field(metadata=NAT)
+    task: int = field(metadata=NAT)
+    attempt: int = field(metadata=NAT)
+    reply_to: str = field(default="", metadata=STR)
 
 
-wire(ProbeTask, 14, job_id=NAT, task=NAT, attempt=NAT, reply_to=STR)
+wire(ProbeTask, 14)
 
 
 @dataclass
@@ -721,14 +443,14 @@ class ReclaimTokens(Message):
     guarantee). The job now holds ``tokens``; while its regular attempts hold more than
     ``keep`` CPUs (keep >= tokens), they yield to waiting regular work at their servers from
     ``within_s`` seconds from now (0: at once; see YieldJob). keep = 2**31-1: called off."""
-    job_id: int
-    tokens: int
-    keep: int
-    within_s: float
-    seq: int = 0
+    job_id: int = field(metadata=NAT)
+    tokens: int = field(metadata=NAT)
+    keep: int = field(metadata=NAT)
+    within_s: float = field(metadata=FLOAT)
+    seq: int = field(default=0, metadata=NAT)
 
 
-wire(ReclaimTokens, 15, job_id=NAT, tokens=NAT, keep=NAT, within_s=FLOAT, seq=NAT)
+wire(ReclaimTokens, 15)
 
 
 @dataclass
@@ -738,16 +460,16 @@ class HostReport(Message):
     tasks changed since its last report, their done bitmaps (numpy.packbits), which the RM
     stores so that another host can adopt the job. Its silence is how the RM tells a dead
     host."""
-    host: str
-    jobs: np.ndarray
-    seqs: np.ndarray
-    demand: np.ndarray
-    in_use: np.ndarray
-    progress_jobs: np.ndarray
-    progress: list
+    host: str = field(metadata=STR)
+    jobs: np.ndarray = field(metadata=I64)
+    seqs: np.ndarray = field(metadata=I64)
+    demand: np.ndarray = field(metadata=I64)
+    in_use: np.ndarray = field(metadata=I64)
+    progress_jobs: np.ndarray = field(metadata=I64)
+    progress: list = field(metadata=lst(BYTES))
 
 
-wire(HostReport, 16, host=STR, jobs=I64, seqs=I64, demand=I64, in_use=I64, progress_jobs=I64, progress=lst(BYTES))
+wire(HostReport, 16)
 
 
 @dataclass
@@ -755,38 +477,37 @@ class ReleaseJob(Message):
     """RM -> JM host: drop this job's JM, which the RM no longer places here: it finished (or was
     cancelled) elsewhere (``kill``: its attempts go too), or another host adopted it (its
     attempts stay; they are the other host's now)."""
-    job_id: int
-    kill: bool
+    job_id: int = field(metadata=NAT)
+    kill: bool = field(metadata=BOOL)
 
 
-wire(ReleaseJob, 17, job_id=NAT, kill=BOOL)
+wire(ReleaseJob, 17)
 
 
 @dataclass
 class ProbeJob(Message):
     """JM -> PN, from a JM adopting a job: which of its attempts do you hold or lately finish?
     Answered with Holding; from now on its reports go to ``reply_to``."""
-    job_id: int
-    generation: int
-    reply_to: str
+    job_id: int = field(metadata=NAT)
+    generation: int = field(metadata=NAT)
+    reply_to: str = field(metadata=STR)
 
 
-wire(ProbeJob, 18, job_id=NAT, generation=NAT, reply_to=STR)
+wire(ProbeJob, 18)
 
 
 @dataclass
 class Holding(Message):
     """PN -> JM: the attempts of the job the PN holds (``tasks``, each with its state in
     ``reports``: queued or running) and those that ended there lately (``ended``)."""
-    job_id: int
-    server: int
-    tasks: list[TaskSpec]
-    reports: list[TaskReport]
-    ended: list[TaskReport]
+    job_id: int = field(metadata=NAT)
+    server: int = field(metadata=NAT)
+    tasks: list[TaskSpec] = field(metadata=lst(nested(TaskSpec)))
+    reports: list[TaskReport] = field(metadata=lst(nested(TaskReport)))
+    ended: list[TaskReport] = field(metadata=lst(nested(TaskReport)))
 
 
-wire(Holding, 19, job_id=NAT, server=NAT, tasks=lst(nested(TaskSpec)), reports=lst(nested(TaskReport)),
-     ended=lst(nested(TaskReport)))
+wire(Holding, 19)
 
 
 @dataclass
@@ -794,28 +515,28 @@ class JoinRequest(Message):
     """A process on another machine -> the RM's registrar: join the cluster as ``count`` PNs in
     ``rack`` (-1: any) with ``cpus``/``mem_gb`` each (kind "pn"), or as a JM host (kind "jm");
     it listens at ``address``."""
-    kind: str
-    count: int
-    rack: int
-    cpus: float
-    mem_gb: float
-    address: str
-    reply_to: str
+    kind: str = field(metadata=STR)
+    count: int = field(metadata=NAT)
+    rack: int = field(metadata=INT)
+    cpus: float = field(metadata=FLOAT)
+    mem_gb: float = field(metadata=FLOAT)
+    address: str = field(metadata=STR)
+    reply_to: str = field(metadata=STR)
 
 
-wire(JoinRequest, 20, kind=STR, count=NAT, rack=INT, cpus=FLOAT, mem_gb=FLOAT, address=STR, reply_to=STR)
+wire(JoinRequest, 20)
 
 
 @dataclass
 class JoinReply(Message):
     """Registrar -> joining process: the server ids (or JM host index) it is given, and the
     cluster's description (cluster.json's JSON, with every process's address); or why not."""
-    ok: bool
-    reason: str
-    servers: list
-    index: int
-    cluster: str
+    ok: bool = field(metadata=BOOL)
+    reason: str = field(metadata=STR)
+    servers: list = field(metadata=lst(NAT))
+    index: int = field(metadata=INT)
+    cluster: str = field(metadata=STR)
 
 
 
-wire(JoinReply, 21, ok=BOOL, reason=STR, servers=lst(NAT), index=INT, cluster=STR)
+wire(JoinReply, 21)

@@ -37,8 +37,9 @@ import tempfile
 from pathlib import Path
 
 # Compiled together (one mypyc group: calls between them are C calls).
-MODULES = ("apollo.clocks", "apollo.effects", "apollo.messages", "apollo.records", "apollo.runtime.events",
-           "apollo.runtime.sim", "pn.queue", "pn.state", "jm.attempts", "jm.host", "jm.state", "jm.view", "rm.state")
+MODULES = ("apollo.clocks", "apollo.effects", "apollo.messages", "apollo.wire", "apollo.records",
+           "apollo.runtime.events", "apollo.runtime.sim", "pn.queue", "pn.state", "jm.attempts", "jm.host", "jm.state",
+           "jm.view", "rm.state")
 # The project modules those import: their sources are part of a build's identity too.
 DEPENDS = ("apollo.cluster", "apollo.lifecycle", "apollo.shapes", "apollo.spec",
            "apollo.stragglers", "apollo.runtime.hugepages", "jm.estimate", "jm.matching", "jm.policies",

@@ -149,7 +149,7 @@ class SqliteJobStore(JobStore):
             self.db.execute("ALTER TABLE queue_state ADD COLUMN held REAL DEFAULT 0")
 
     def put(self, job_id, spec, submitted_at, reply_to, key="", host=""):
-        blob = msgpack.packb(JOB[0](spec), use_bin_type=True)
+        blob = msgpack.packb(JOB["encode"](spec), use_bin_type=True)
         # A plain INSERT: an id is never reused, so a clash is a bug to hear about, not to paper over.
         self.db.execute("INSERT INTO jobs (job_id, name, spec, submitted_at, reply_to, state, finished_at, reason,"
                         " key, host) VALUES (?,?,?,?,?,'running',NULL,'',?,?)",
@@ -193,7 +193,7 @@ class SqliteJobStore(JobStore):
             "SELECT job_id, spec, submitted_at, reply_to, key, host, generation, done FROM jobs"
             " WHERE state='running' ORDER BY job_id").fetchall()
         for job_id, blob, t, reply_to, key, host, gen, done in rows:
-            spec = JOB[1](msgpack.unpackb(blob, raw=False), f"stored job {job_id}")
+            spec = JOB["decode"](msgpack.unpackb(blob, raw=False), f"stored job {job_id}")
             yield StoredJob(job_id, spec, t, reply_to, key or "", host or "", gen or 0, bytes(done or b""))
 
     def max_job_id(self):

@@ -1,3 +1,5 @@
+from dataclasses import dataclass, field
+
 import msgpack
 import numpy as np
 import pytest
@@ -48,6 +50,17 @@ def test_codes_are_unique_and_registered():
 def test_decode_errors_name_the_field(raw, needle):
     with pytest.raises(WireError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         decode(raw)
+
+
+def test_a_field_declared_without_a_codec_is_refused():
+    @dataclass
+    class Bare(M.Message):
+        a: int = field(metadata=M.NAT)
+        b: int
+
+    with pytest.raises(TypeError, match=r"Bare: fields without a codec .*\['b'\]"):
+        M.wire(Bare)
+    assert Bare not in REGISTRY.values()
 
 
 def test_undecodable_bytes():
