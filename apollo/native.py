@@ -12,8 +12,11 @@ the interpreted modules remain what every test, the live cluster and
 
 - ``build()`` compiles the modules of ``MODULES`` (needs mypy, which brings
   mypyc, and a C compiler with Python's headers) into a cache directory named
-  after a hash of their sources and of the project modules they use
-  (``DEPENDS``), so an edited source never loads a stale build.
+  after a hash (``build_key``) of their sources, of the project modules they use
+  (``DEPENDS``) and of the tools (``toolchain``: mypy's version, the compiler and
+  its flags, this Python's version and ABI), so an edited source or a changed
+  tool never loads a stale build. It prunes the cache to ``KEEP`` builds: the
+  current one and the most recently used others.
 - With ``APOLLO_NATIVE=1`` in the environment, ``import apollo`` loads the build
   of the current sources instead of the modules' Python, if there is one (it
   must come before those modules are imported); ``loaded()`` tells which ran.
@@ -34,6 +37,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from pathlib import Path
 
 # Compiled together (one mypyc group: calls between them are C calls).
@@ -57,6 +61,12 @@ ENV = "APOLLO_NATIVE"
 CACHE_ENV = "APOLLO_NATIVE_CACHE"
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 DONE_FILE = "BUILT"
+KEEP = 2                      # builds left in the cache after a build: this one and the last one used before it
+# What setuptools takes from the environment over Python's own build settings (sysconfig).
+COMPILER_ENV = ("CC", "CXX", "CPP", "CFLAGS", "CPPFLAGS", "LDFLAGS", "LDSHARED", "AR", "ARFLAGS")
+COMPILER_VARS = ("CC", "CXX", "CFLAGS", "CCSHARED", "LDSHARED", "OPT")
+# (type errors elsewhere in the project are not this build's business)
+MYPY_FLAGS = ("--follow-imports=silent", "--ignore-missing-imports", *LENIENT)
 
 
 class NativeBuildError(RuntimeError):
@@ -68,12 +78,47 @@ def _source(module: str, root: Path = ROOT) -> Path:
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
-def source_key(root: Path = ROOT) -> str:
-    """The identity of a build: this Python, and the sources it is compiled from or against."""
-    h = hashlib.sha256(f"{sys.version}|{sys.platform}|{SUFFIX}".encode())
+def build_key(root: Path = ROOT) -> str:
+    """The identity of a build: the tools that make it (``toolchain()``), and the sources it is
+    compiled from or against."""
+    h = hashlib.sha256(toolchain().encode())
     for m in MODULES + DEPENDS:
         h.update(m.encode() + b"\0" + _source(m, root).read_bytes() + b"\0")
     return h.hexdigest()[:24]
+
+
+def toolchain() -> str:
+    """What besides the sources shapes the compiled code: this Python's version and ABI, mypy's
+    version (mypyc comes with it), how it is asked to build, and the C compiler with its flags.
+    Read on every ``import apollo`` that asks for the build: no subprocess (the compiler binary's
+    path, size and time stand for its version)."""
+    cfg = sysconfig.get_config_vars()
+    cc = os.environ.get("CC") or cfg.get("CC") or "cc"
+    return "\n".join([
+        sys.version, sys.platform, SUFFIX, str(cfg.get("SOABI")), f"mypy {_mypy_version()}", _SETUP,
+        " ".join(MYPY_FLAGS), _binary(cc.split()[0]),
+        *(f"{k}={cfg.get(k)}" for k in COMPILER_VARS), *(f"${k}={os.environ.get(k)}" for k in COMPILER_ENV)])
+
+
+def _mypy_version() -> str:
+    # (its version.py, read: importlib.metadata costs ~100 ms and importing mypy more)
+    spec = importlib.util.find_spec("mypy")
+    if spec is None or not spec.submodule_search_locations:
+        return "absent"
+    for d in spec.submodule_search_locations:
+        v = Path(d, "version.py")
+        if v.exists():
+            return v.read_text()
+    return "unknown"
+
+
+def _binary(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        return f"{name}: absent"
+    real = os.path.realpath(found)
+    st = os.stat(real)
+    return f"{real} {st.st_size} {st.st_mtime_ns}"
 
 
 def cache_root() -> Path:
@@ -85,7 +130,7 @@ def cache_root() -> Path:
 
 
 def build_dir(root: Path = ROOT) -> Path:
-    return cache_root() / source_key(root)
+    return cache_root() / build_key(root)
 
 
 def built(root: Path = ROOT) -> bool:
@@ -115,11 +160,19 @@ setup(name="apollo_native", script_args=["build_ext", "--inplace"],
 
 
 def build(root: Path = ROOT) -> Path:
-    """Compile MODULES for the sources under ``root`` (once: an existing build is reused);
-    returns its directory. Raises NativeBuildError saying why it could not."""
+    """Compile MODULES for the sources under ``root`` (once: an existing build is reused), then
+    prune the cache; returns the build's directory. Raises NativeBuildError saying why it could
+    not."""
     out = build_dir(root)
     if (out / DONE_FILE).exists():
-        return out
+        (out / DONE_FILE).touch()                # (used last: what a prune keeps)
+    else:
+        _compile(root, out)
+    prune(out)
+    return out
+
+
+def _compile(root: Path, out: Path) -> None:
     lack = missing_tools()
     if lack:
         raise NativeBuildError(lack)
@@ -127,9 +180,7 @@ def build(root: Path = ROOT) -> Path:
         work = Path(tmp)
         for pkg in PACKAGES:
             shutil.copytree(root / pkg, work / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-        # (type errors elsewhere in the project are not this build's business)
-        paths = ["--follow-imports=silent", "--ignore-missing-imports", *LENIENT] + \
-            [str(_source(m, work).relative_to(work)) for m in MODULES]
+        paths = [*MYPY_FLAGS, *(str(_source(m, work).relative_to(work)) for m in MODULES)]
         proc = subprocess.run([sys.executable, "-c", _SETUP, *paths], cwd=work, capture_output=True, text=True)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
@@ -149,7 +200,43 @@ def build(root: Path = ROOT) -> Path:
             staged.rename(out)                   # (another build may have finished first: fine)
         except OSError:
             shutil.rmtree(staged, ignore_errors=True)
-    return out
+
+
+STALE_STAGING_S = 24 * 3600      # a half-made build this old is a build that died
+
+
+def prune(current: Path, keep: int = KEEP) -> list[Path]:
+    """Delete the builds in ``current``'s cache directory but ``current`` and the ``keep - 1``
+    others used last (a build's BUILT file is touched when it is made or reused), and the
+    leftovers of builds that died half-way; returns what it deleted. Names that are not builds
+    are left alone. (A process already running an older build keeps its loaded modules.)"""
+    builds = sorted((d for d in current.parent.iterdir() if d != current and _is_build(d)),
+                    key=_used_at, reverse=True)
+    stale = [d for d in current.parent.iterdir() if _is_staging(d)
+             and time.time() - d.stat().st_mtime > STALE_STAGING_S]
+    gone = builds[max(keep - 1, 0):] + stale
+    for d in gone:
+        shutil.rmtree(d, ignore_errors=True)
+    return gone
+
+
+def _used_at(build: Path) -> int:
+    try:
+        return (build / DONE_FILE).stat().st_mtime_ns
+    except OSError:                     # (pruned meanwhile by another process)
+        return 0
+
+
+def _is_key(name: str) -> bool:
+    return len(name) == 24 and all(c in "0123456789abcdef" for c in name)
+
+
+def _is_build(d: Path) -> bool:
+    return d.is_dir() and _is_key(d.name) and (d / DONE_FILE).exists()
+
+
+def _is_staging(d: Path) -> bool:       # (build() stages in KEY.random before its rename)
+    return d.is_dir() and _is_key(d.name.split(".")[0]) and "." in d.name
 
 
 def _ensure(d: Path) -> Path:

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -27,17 +28,75 @@ def _copy_sources(dest: Path) -> None:
 
 def test_a_build_is_named_after_the_sources_it_is_compiled_from_and_against(tmp_path):
     _copy_sources(tmp_path)
-    key = native.source_key(tmp_path)
-    assert key == native.source_key(tmp_path)
+    key = native.build_key(tmp_path)
+    assert key == native.build_key(tmp_path)
     native._source("apollo.cli", tmp_path).write_text("# not compiled, not imported by what is\n")
-    assert native.source_key(tmp_path) == key
+    assert native.build_key(tmp_path) == key
     for m in ("pn.state", "apollo.messages"):        # compiled; imported by what is
         p = native._source(m, tmp_path)
         text = p.read_text()
         p.write_text(text + "\n# edited\n")
-        assert native.source_key(tmp_path) != key, m
+        assert native.build_key(tmp_path) != key, m
         p.write_text(text)
-    assert native.source_key(tmp_path) == key
+    assert native.build_key(tmp_path) == key
+
+
+def test_a_build_is_named_after_the_tools_that_make_it_too(tmp_path, monkeypatch):
+    _copy_sources(tmp_path)
+    for k in native.COMPILER_ENV:
+        monkeypatch.delenv(k, raising=False)
+    key = native.build_key(tmp_path)
+    config = sysconfig.get_config_vars()
+    changes = {
+        "CFLAGS": lambda: monkeypatch.setenv("CFLAGS", "-O0"),
+        "CC": lambda: monkeypatch.setenv("CC", "clang"),
+        "LDFLAGS": lambda: monkeypatch.setenv("LDFLAGS", "-fuse-ld=lld"),
+        "mypy": lambda: monkeypatch.setattr(native, "_mypy_version", lambda: '__version__ = "0.1"\n'),
+        "Python's flags": lambda: monkeypatch.setattr(
+            native.sysconfig, "get_config_vars", lambda: dict(config, CFLAGS=f"{config.get('CFLAGS')} -g0")),
+        "ABI": lambda: monkeypatch.setattr(native, "SUFFIX", ".cpython-399-x86_64-linux-gnu.so"),
+        "mypy's flags": lambda: monkeypatch.setattr(native, "MYPY_FLAGS", (*native.MYPY_FLAGS, "--strict")),
+        "compiler binary": lambda: monkeypatch.setattr(native, "_binary", lambda name: f"/usr/bin/{name}-99 1 2"),
+    }
+    for what, change in changes.items():
+        change()
+        assert native.build_key(tmp_path) != key, what
+        monkeypatch.undo()
+        for k in native.COMPILER_ENV:
+            monkeypatch.delenv(k, raising=False)
+        assert native.build_key(tmp_path) == key, what
+
+
+def _fake_build(cache: Path, key: str, used_at: int) -> Path:
+    d = cache / key
+    (d / "modules").mkdir(parents=True)
+    (d / native.DONE_FILE).write_text("\n")
+    os.utime(d / native.DONE_FILE, ns=(used_at, used_at))
+    return d
+
+
+def test_a_prune_keeps_the_current_build_and_the_last_used_other(tmp_path):
+    old = [_fake_build(tmp_path, f"{i:024x}", used_at=i * 10**9) for i in range(1, 5)]
+    current = _fake_build(tmp_path, "c" * 24, used_at=10**9)          # (used longest ago: kept all the same)
+    (tmp_path / "notes.txt").write_text("not a build")
+    (tmp_path / "other").mkdir()
+    (tmp_path / ("d" * 24)).mkdir()                                   # no BUILT file: not a build
+    died = tmp_path / ("e" * 24 + ".x1y2"); died.mkdir()
+    os.utime(died, (0, 0))                                            # a build that died half-way, long ago
+    making = tmp_path / ("f" * 24 + ".z3w4"); making.mkdir()          # one being made now
+    gone = native.prune(current)
+    assert sorted(gone) == sorted(old[:3] + [died])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [current.name, old[3].name, "notes.txt", "other", "d" * 24, making.name])
+
+
+def test_a_reused_build_is_marked_used_and_prunes_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setenv("APOLLO_NATIVE_CACHE", str(tmp_path))
+    others = [_fake_build(tmp_path, f"{i:024x}", used_at=i * 10**9) for i in range(1, 4)]
+    current = _fake_build(tmp_path, native.build_key(), used_at=0)
+    assert native.build() == current                                   # (no compiler run: it exists)
+    assert (current / native.DONE_FILE).stat().st_mtime > 10
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([current.name, others[-1].name])
 
 
 def test_every_project_module_the_compiled_ones_import_is_part_of_the_key():
