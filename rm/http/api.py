@@ -89,8 +89,8 @@ class Views:
             p = q.path
             rows.append({"path": p, "leaf": q.is_leaf, "parent": rm.tree.parent(p), "weight": q.weight,
                          "order": q.order, "guarantee_cores": _num(lim[p].guarantee), "max_cores": _num(lim[p].max),
-                         "share_cores": _num(rm.shares.get(p, 0.0)), "running_jobs": rm._admitted_in.get(p, 0),
-                         "waiting_jobs": rm._waiting_in.get(p, 0), "tokens": tokens.get(p, 0),
+                         "share_cores": _num(rm.shares.get(p, 0.0)), "running_jobs": rm.admitted_in.get(p, 0),
+                         "waiting_jobs": rm.waiting_in.get(p, 0), "tokens": tokens.get(p, 0),
                          "holding_cores": _num(held.get(p, 0.0)), "demand_cores": _num(want.get(p, 0.0))})
         history = [{"t": t, "shares": sh, "busy_cores": b} for t, sh, b in self.watch.history]
         return {"sharing": rm.tree.sharing, "capacity_cores": cap, "queues": rows, "history": history}

@@ -162,8 +162,8 @@ class StateCollector:
         held = {q: f[0] for q, f in figs.items()}
         tokens = {q: f[1] for q, f in figs.items()}
         demand = {q: f[2] for q, f in figs.items()}
-        fams = [("apollo_pending_jobs", "Jobs waiting for admission", lambda q: rm._waiting_in.get(q, 0)),
-                ("apollo_running_jobs", "Admitted jobs", lambda q: rm._admitted_in.get(q, 0)),
+        fams = [("apollo_pending_jobs", "Jobs waiting for admission", lambda q: rm.waiting_in.get(q, 0)),
+                ("apollo_running_jobs", "Admitted jobs", lambda q: rm.admitted_in.get(q, 0)),
                 ("apollo_queue_share_cores", "The sharing policy's share at its last round",
                  lambda q: rm.shares.get(q, 0.0)),
                 ("apollo_queue_guarantee_cores", "Guaranteed capacity (min share)", lambda q: lim[q].guarantee),

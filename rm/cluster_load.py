@@ -1,0 +1,165 @@
+"""The RM's view of the servers: each one's last wait-time matrix and what its heartbeat said
+besides (tasks running and queued, free CPUs, the CPUs each job's regular attempts hold on it),
+which servers are alive, the capacity they add up to, and the ClusterView sent to JM hosts.
+
+A heartbeat is the RM's most frequent event: ``observe`` writes a few rows and plain-list
+slots (running_tasks etc. make arrays of them when asked), never an allocation.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from apollo.clocks import RESET_S, Offsets
+from apollo.messages import ClusterView, Heartbeat
+
+
+class ClusterLoad:
+    def __init__(self, servers: int, shapes: int, server_cores: float, lightly_loaded: int) -> None:
+        self.servers = servers
+        self.shapes = shapes
+        self.server_cores = server_cores
+        self.lightly_loaded_n = lightly_loaded      # list length; 0: max(8, servers // 10)
+        n = servers
+        self.matrices = np.zeros((n, shapes), dtype=np.float32)
+        self.stamps = np.full(n, -1.0)
+        self.boot_times = np.zeros(n)
+        self.alive = np.zeros(n, dtype=np.uint8)
+        self.alive_n = 0                 # alive.sum(), kept (capacity is read per admission)
+        self._running = [0] * n
+        self._queued = [0] * n
+        self._cpu_free = [float(server_cores)] * n
+        self._offsets = Offsets(n)                  # each PN's clock against ours
+        # What jobs hold: the CPUs their regular attempts run on, as each server's last heartbeat
+        # said (queued attempts hold nothing; docs/sharing.md). Per server: (jobs, milli-CPUs);
+        # per job: the sum over live servers, in milli-CPUs (integers: no drift).
+        self._pn_held: list[tuple] = [((), ())] * n
+        self._held: dict[int, int] = {}
+        self._pn_time = [-math.inf] * n             # its last heartbeat's time, on its clock
+        self._pn_boot = [math.nan] * n              # ...and boot time, on its clock
+
+    # ---- heartbeats ----------------------------------------------------------------------
+    def observe(self, hb: Heartbeat, now: float) -> bool:
+        """Fold in a heartbeat of a known server; whether that server came (back) to life (the
+        capacity grew)."""
+        s = hb.server
+        # (its clock is its own: its times are turned into ours, apollo.clocks)
+        booted = hb.boot_time != self._pn_boot[s]
+        if not booted and hb.time < self._pn_time[s]:
+            return False  # reordered: an older reading
+        self._pn_time[s] = hb.time
+        # (Offsets.observe, inlined: a heartbeat is the RM's most frequent event)
+        offs = self._offsets.of
+        shift = now - hb.time
+        cur = offs[s]
+        if shift >= cur and shift <= cur + RESET_S:
+            shift = cur
+        else:
+            offs[s] = shift
+        if booted:     # (a new incarnation, or the first heartbeat heard)
+            self._pn_boot[s] = hb.boot_time
+            self.boot_times[s] = hb.boot_time + shift
+        self.matrices[s] = hb.matrix
+        self.stamps[s] = hb.time + shift
+        if hb.jobs or self._pn_held[s][0]:
+            self._set_held(s, tuple(hb.jobs), tuple(int(round(c * 1000)) for c in hb.job_cpus))
+        self._running[s] = hb.running
+        self._queued[s] = hb.queued
+        self._cpu_free[s] = hb.cpu_free
+        if not self.alive[s]:
+            self.alive[s] = 1
+            self.alive_n += 1
+            return True
+        return False
+
+    def mark_dead(self, now: float, dead_after_s: float) -> tuple[int, ...]:
+        """Servers whose heartbeats stopped over ``dead_after_s`` ago are dead (and hold
+        nothing); those found now."""
+        stale = (self.alive == 1) & (now - self.stamps > dead_after_s)
+        if not stale.any():
+            return ()
+        for s in np.flatnonzero(stale).tolist():
+            self._set_held(s, (), ())       # a dead server holds nothing
+        self.alive[stale] = 0
+        self.alive_n = int(self.alive.sum())
+        return tuple(int(x) for x in np.flatnonzero(stale))
+
+    def all_alive(self) -> bool:
+        return bool(self.alive.all())
+
+    # ---- what jobs hold --------------------------------------------------------------------
+    def _set_held(self, s: int, jobs: tuple, milli: tuple) -> None:
+        """Server ``s`` now runs ``milli`` milli-CPUs of regular attempts of each of ``jobs``."""
+        held = self._held
+        old_jobs, old_milli = self._pn_held[s]
+        for j, m in zip(old_jobs, old_milli):
+            left = held[j] - m
+            if left:
+                held[j] = left
+            else:
+                del held[j]
+        for j, m in zip(jobs, milli):
+            held[j] = held.get(j, 0) + m
+        self._pn_held[s] = (jobs, milli)
+
+    def held(self, job_id: int) -> float:
+        """CPUs the job's regular attempts run on, as the live servers last said."""
+        return self._held.get(job_id, 0) / 1000.0
+
+    # ---- capacity and load ----------------------------------------------------------------
+    @property
+    def capacity(self) -> float:
+        """The live servers' cores."""
+        return float(self.alive_n) * self.server_cores
+
+    def cores(self) -> float:
+        """The live servers' cores, or every server's before any is heard from."""
+        return self.capacity or self.servers * self.server_cores
+
+    def whole_cores(self) -> int:
+        """``cores()`` in whole tokens."""
+        return int(math.floor(self.cores() + 1e-9))
+
+    def busy_cores(self, capacity: float) -> float:
+        """CPUs in use, of ``capacity``, as the servers last said."""
+        return capacity - sum(self._cpu_free)
+
+    @property
+    def running_tasks(self) -> np.ndarray:
+        """Tasks running per server, as its last heartbeat said."""
+        return np.array(self._running, dtype=np.int64)
+
+    @property
+    def queued_tasks(self) -> np.ndarray:
+        return np.array(self._queued, dtype=np.int64)
+
+    @property
+    def cpu_free(self) -> np.ndarray:
+        return np.array(self._cpu_free, dtype=np.float64)
+
+    def lightly_loaded(self) -> np.ndarray:
+        n = self.servers
+        k = self.lightly_loaded_n or max(8, n // 10)
+        wait = np.where(self.alive == 1, self.matrices[:, 0], np.inf)
+        k = min(k, self.alive_n)
+        if k <= 0:
+            return np.zeros(0, dtype=np.int32)
+        idx = np.argpartition(wait, k - 1)[:k] if k < n else np.arange(n)
+        return np.sort(idx).astype(np.int32)
+
+    def view(self, now: float) -> ClusterView:
+        """The ClusterView JM hosts schedule on (copies: the RM's rows move on)."""
+        return ClusterView(now, self.matrices.ravel().copy(), self.stamps.copy(), self.boot_times.copy(),
+                           self.alive.copy(), self.lightly_loaded())
+
+    def validate(self) -> None:
+        assert self.matrices.shape == (self.servers, self.shapes)
+        assert self.alive_n == int(self.alive.sum())
+        per_job: dict[int, int] = {}
+        for s, (jobs, milli) in enumerate(self._pn_held):
+            assert not jobs or self.alive[s], "a dead server holds CPUs"
+            assert sum(milli) <= self.server_cores * 1000 + 1e-6, "a server holds more than its cores"
+            for j, m in zip(jobs, milli):
+                per_job[j] = per_job.get(j, 0) + m
+        assert per_job == {j: m for j, m in self._held.items() if m}, "held CPUs out of sync"

@@ -1,0 +1,51 @@
+"""What the RM keeps of a live job: one ``JobEntry`` per job submitted and not yet ended (the
+store keeps the record of every job; rm/store.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from apollo.spec import JobSpec
+
+from .sharing import JobView
+
+
+@dataclass(slots=True)
+class JobEntry:
+    job_id: int
+    spec: JobSpec
+    submitted_at: float
+    reply_to: str
+    demand: float                    # CPUs it could use now (as its JM last said)
+    queue: str                       # its leaf queue's path
+    tokens: int = 0
+    in_use: float = 0.0              # CPUs its regular attempts have out, queued or running (its JM's word)
+    # The most CPUs it may be running, as far as the RM can tell: its tokens, or more after a cut
+    # until its JM, having heard the cut, says how many it has out (a queue's max counts this)
+    may_run: float = 0.0
+    admitted: bool = False
+    state: str = "running"           # running | done | failed | cancelled
+    host: str = ""
+    reclaim: tuple = ()              # the last give-back asked: (kill line, deadline)
+    settle_until: float = -1.0       # no kill asked of it before then (the last one's effect is unknown)
+    key: str = ""                    # the client's idempotency key
+    seq: int = 0                     # seq of the last token message sent to its JM
+    last_tokens: Any = None          # that message (re-sent to a JM that reports an older seq)
+    generation: int = 0              # JM homes it has had (a JM host died: the next one adopts)
+    offered_at: float = -1.0         # when StartJob was last sent to its host
+    done: bytes = b""                # its finished tasks, as its JM host last reported
+    demand_at: float = -1.0          # when its JM last sent a JobDemand
+    tokens_at: float = -1.0          # when the last token message was sent to its JM
+    clones: int = 1                  # Dolly: attempts per task (1: not cloned) ...
+    clone_cpu: float = 0.0           # ... and the CPUs of the clone budget granted for them ...
+    clones_low: bool = False         # ... running at low priority (granted above tau)
+
+    def view(self, held: float) -> JobView:
+        s = self.spec
+        return JobView(self.job_id, self.queue, s.user, 1.0, s.priority, self.submitted_at, self.demand,
+                       self.tokens, held, self.admitted)
+
+
+def first_demand(spec: JobSpec) -> float:
+    """CPUs a job can use when it starts: its first stages' tasks."""
+    return float(sum(s.cpu * s.tasks for s in spec.stages if not s.depends_on))
