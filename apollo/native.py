@@ -43,18 +43,16 @@ from pathlib import Path
 # Compiled together (one mypyc group: calls between them are C calls).
 MODULES = ("apollo.clocks", "apollo.effects", "apollo.messages", "apollo.wire", "apollo.records",
            "apollo.runtime.events", "apollo.runtime.sim", "pn.queue", "pn.state", "jm.attempts", "jm.host", "jm.state",
-           "jm.view", "rm.state")
+           "jm.view", "rm.state", "jm.tasks", "jm.placement", "jm.watchdog", "jm.adoption", "jm.giveback")
 # The project modules those import: their sources are part of a build's identity too.
 DEPENDS = ("apollo.cluster", "apollo.lifecycle", "apollo.shapes", "apollo.spec",
            "apollo.stragglers", "apollo.runtime.hugepages", "jm.estimate", "jm.matching", "jm.policies",
            "jm.policies.batch", "jm.policies.opportunistic", "jm.policies.pipeline", "rm.clones", "rm.queues",
-           "rm.sharing", "rm.store")
-# The checker's complaints that are not errors at run time (mypyc calls these as Python would):
-# the JM's mixin calls JmState's methods and sets its fields outside the mixin's empty
-# __slots__ (which keeps interpreted JmState objects free of a __dict__). Argument types are
-# checked: a compiled function called with the wrong type from compiled code is not checked
-# at run time (a tuple passed for a list[...] crashed the process).
-LENIENT = ("--disable-error-code", "attr-defined", "--disable-error-code", "misc")
+           "rm.sharing", "rm.store", "jm.config")
+# Error codes the checker is told to ignore: none. Types are checked throughout: a compiled
+# function called with the wrong type from compiled code is not checked at run time (a tuple
+# passed for a list[...] crashed the process).
+LENIENT: tuple[str, ...] = ()
 PACKAGES = ("apollo", "jm", "pn", "rm")      # copied for the build (mypy follows their imports)
 ROOT = Path(__file__).resolve().parent.parent
 ENV = "APOLLO_NATIVE"

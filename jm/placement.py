@@ -74,9 +74,10 @@ class Placement:
             return
         # Stable matching places at most one task per server slot per batch (one slot, or
         # ``depth`` for pipelined tasks): a larger batch would only cost rows pushed back unmatched.
-        cap = min(cfg.placement.max_batch, max(1, self.view.alive_count) * depth) if prof.matcher.one_per_slot \
-            else cfg.placement.max_batch
-        one_by_one = cfg.placement.single_fast_path and prof.matcher.single
+        pc = cfg.placement
+        cap = min(pc.max_batch, max(1, self.view.alive_count) * depth) if prof.matcher.places_one_per_slot() \
+            else pc.max_batch
+        one_by_one = cfg.placement.single_fast_path and prof.matcher.picks_cheapest_alone()
         for _ in range(cfg.placement.max_batches_per_pass):
             reg_room = tk.tokens * depth - tk.used_tokens
             # (opportunistic tasks only go to idle servers: with none, no batch is matched for them)
@@ -86,7 +87,8 @@ class Placement:
             if room <= 0:
                 break
             want = room * cfg.placement.lookahead if gate.lookahead else room
-            bound = prof.matcher.batch_bound(self.view, tk.least_ready_cpu()) if prof.matcher.bounded else None
+            bound = prof.matcher.batch_bound(self.view, tk.least_ready_cpu()) if prof.matcher.has_batch_bound() \
+                else None
             if bound is not None:
                 if bound <= 0:
                     blocked = True      # a slot scheduler on a full cluster: no batch to build
@@ -172,13 +174,13 @@ class Placement:
         cfg = self.cfg
         prof = self.prof
         m = prof.matcher
-        if len(ids) == 1 and cfg.placement.single_fast_path and m.single:
+        if len(ids) == 1 and cfg.placement.single_fast_path and m.picks_cheapest_alone():
             srv, wait, where = self.place_one(int(ids[0]), now, rng)
             return np.array([srv], dtype=np.int64), np.array([wait]), np.array([where])
         sidx = tk.stage_of[ids]
         reps, in_bytes, runtime, shape, cpu = self.task_columns(ids, sidx)
         b = Batch(now, self.view, cfg, ids, sidx, reps, in_bytes, runtime, shape, cpu,
-                  self.batch_depth(sidx) if m.one_per_slot else 1, reps[:, 0] >= 0)
+                  self.batch_depth(sidx) if m.places_one_per_slot() else 1, reps[:, 0] >= 0)
         return place(b, prof, self.fstates, self.fail_rate, rng)
 
     def place_one(self, t: int, now: float, rng) -> tuple[int, float, int]:
@@ -299,7 +301,7 @@ class Placement:
         else:
             depth = np.array([tk.depth(st) for st in stages])
             extra = tk.tokens * (depth[tk.stage_of[ids]] - 1)
-        reg_room = free + extra        # a scalar, or per task
+        reg_room: Any = free + extra        # a scalar, or per task
         if m <= 64:   # the same prefixes as the numpy form below, without its per-call cost
             cpu_l = cpu.tolist()
             lims = [reg_room + 1e-9] * m if single else (reg_room + 1e-9).tolist()

@@ -39,7 +39,8 @@ class Watchdog:
         trigger: above its decision's wait and its stage's average); ``ids``: a task or an array."""
         cfg, tk = self.cfg, self.tasks
         avg = np.array([st.wait_sum / st.wait_n if st.wait_n else 0.0 for st in tk.stages])[tk.stage_of[ids]]
-        return tk.dispatch_t[ids] + cfg.attempts.dup_factor * np.maximum(tk.exp_wait[ids], avg) + cfg.attempts.dup_slack_s
+        ac = cfg.attempts
+        return tk.dispatch_t[ids] + ac.dup_factor * np.maximum(tk.exp_wait[ids], avg) + ac.dup_slack_s
 
     def silence_limits(self, ids: Any) -> Any:
         """When an attempt not heard of since is probed."""

@@ -33,12 +33,12 @@ def place(b: Batch, profile, states, fail_rate, rng):
     b.cand, b.valid = got
     cfg = b.cfg
     b.loc = est.localities(b.cand, b.reps, b.topology.rack_of)
-    if m.needs_costs:
+    if m.uses_estimates():
         b.C, b.E, b.W = est.costs(b.cand, b.loc, b.in_bytes, b.runtime, b.shape, b.cpu, b.now, b.view, fail_rate,
                                   cfg.io, cfg.estimate, rng)
         b.C[~b.valid] = np.inf
     for f, st in zip(profile.filters, states):
-        if f.needs_costs and b.E is None:
+        if f.uses_estimates() and b.E is None:
             continue            # a filter over estimates under a matcher that makes none
         cut = f.cut(b, st)
         if cut is not None:
