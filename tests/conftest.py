@@ -7,7 +7,15 @@ from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
+# The fast tier runs every property on a sixth of its examples (helpers.examples scales the
+# tests that name their own count), so properties stay in the edit-test loop.
+settings.register_profile("fast", settings.get_profile("ci"), max_examples=10)
 settings.load_profile("ci")
+
+
+def pytest_configure(config):
+    if "not slow" in (config.getoption("markexpr") or ""):
+        settings.load_profile("fast")
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -25,6 +25,13 @@ class Rng:
         return np.random.default_rng(seed)
 
 
+def examples(n: int) -> int:
+    """A property test's example count: ``n`` in the full suite, a sixth of it (at least 2) in the
+    fast tier, whose Hypothesis profile conftest.py loads before the tests are collected."""
+    from hypothesis import settings
+    return n if settings.default.max_examples >= 60 else max(2, n // 6)
+
+
 # ---------------------------------------------------------------------------- waiting with a deadline
 # A test never asserts after a fixed sleep: it waits for the condition it means, and fails with
 # what it waited for once the deadline passes. The sync and async forms share one clock rule.

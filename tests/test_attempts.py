@@ -12,7 +12,7 @@ from apollo.spec import JobSpec, StageSpec
 from jm.state import JmConfig, JmState
 from jm.view import ViewCache
 
-from helpers import Rng
+from helpers import Rng, examples
 
 TOPO = Topology(20, 4)
 
@@ -223,7 +223,7 @@ EVENTS = hs.lists(hs.tuples(hs.integers(0, 3), hs.sampled_from(["start", "done",
                   max_size=14)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(EVENTS)
 def test_a_task_result_counts_once_whatever_its_attempts_do(events):
     """Three attempts of one task (first and two clones), then a random sequence of news about

@@ -196,6 +196,7 @@ def test_stable_near_optimal_and_greedy_worse():
     assert greedy[300] > stable[300] + 0.2
 
 
+@pytest.mark.slow
 def test_main_writes_json_and_plot(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bm, "run", lambda reps, seed, max_rounds: _real_run(
         reps=reps, seed=seed, ns=(10,), max_rounds=max_rounds))

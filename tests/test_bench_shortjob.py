@@ -1,7 +1,11 @@
 """apollo bench shortjob: the issue's two sharing scenarios, simulated at the live cluster's cadences."""
 import json
 
+import pytest
+
 from bench import shortjob
+
+pytestmark = pytest.mark.slow            # each a whole scenario simulated at live cadences
 
 
 def test_capacity_scenario_short_job_within_its_due_time_and_minimum_kills(tmp_path):

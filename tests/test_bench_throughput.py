@@ -28,6 +28,8 @@ from helpers import Rng, await_holds_for, await_until, task
 
 # ---------------------------------------------------------------------------- the bench
 
+@pytest.mark.live
+@pytest.mark.slow
 def test_tiny_bench_through_the_cli_writes_sane_numbers(tmp_path):
     out = tmp_path / "tp.json"
     rc = cli_main(["bench", "throughput", "--noop-tasks", "300", "--wide-noop-tasks", "300",
@@ -45,6 +47,8 @@ def test_tiny_bench_through_the_cli_writes_sane_numbers(tmp_path):
     assert res["config"]["slots"] == 2 and res["config"]["short_ms"] == 10
 
 
+@pytest.mark.live
+@pytest.mark.slow
 def test_a_cluster_that_fails_to_start_is_retried_once_and_counted(tmp_path, monkeypatch, capsys):
     from apollo import livecluster
     real_up, calls = livecluster.up, []
@@ -65,9 +69,10 @@ def test_a_cluster_that_fails_to_start_is_retried_once_and_counted(tmp_path, mon
 
 
 def test_unknown_peer_and_bad_counts_are_refused(capsys):
-    assert tp.main(["--vs", "spark"]) == 2
+    # (--native off: the bench builds the compiled modules before it reads the rest of its arguments)
+    assert tp.main(["--vs", "spark", "--native", "off"]) == 2
     assert "unknown peer" in capsys.readouterr().err
-    assert tp.main(["--noop-tasks", "-1"]) == 2
+    assert tp.main(["--noop-tasks", "-1", "--native", "off"]) == 2
 
 
 def test_a_peer_that_is_not_installed_is_skipped(monkeypatch):

@@ -56,6 +56,7 @@ def small(name: str = "small", tasks: int = 2, seconds: float = 0.05) -> JobSpec
 
 # ---------------------------------------------------------------------------- no cluster
 
+@pytest.mark.live
 @pytest.mark.parametrize("cmd", CLUSTER_COMMANDS, ids=lambda c: c[0])
 def test_every_cluster_command_says_there_is_no_cluster_and_how_to_start_one(tmp_path, jobfile, cmd):
     folder = tmp_path / "nothing-here"
@@ -67,6 +68,8 @@ def test_every_cluster_command_says_there_is_no_cluster_and_how_to_start_one(tmp
     assert f"apollo cluster up --cluster {folder}" in r.stderr, r.stderr
 
 
+@pytest.mark.live
+@pytest.mark.slow
 def test_a_damaged_cluster_folder_is_said_so(tmp_path, jobfile):
     folder = tmp_path / "damaged"
     folder.mkdir()
@@ -88,6 +91,8 @@ def test_client_without_a_cluster_raises_cluster_error(tmp_path):
 
 # ---------------------------------------------------------------------------- a wrong secret
 
+@pytest.mark.live
+@pytest.mark.slow
 def test_a_wrong_secret_is_refused_at_once_with_a_clear_line(cluster, jobfile):
     folder = cluster.up(pns=2, racks=1, procs=1, jm_hosts=1)
     rm = read_info(folder)["rm"]
@@ -133,6 +138,8 @@ def test_a_wrong_secret_is_refused_at_once_with_a_clear_line(cluster, jobfile):
 
 # ---------------------------------------------------------------------------- the RM unreachable
 
+@pytest.mark.live
+@pytest.mark.slow
 def test_an_unreachable_rm_is_retried_visibly_then_given_up_with_exit_code_1(cluster, jobfile):
     folder = cluster.up(pns=2, racks=1, procs=1, jm_hosts=1)
     info = read_info(folder)

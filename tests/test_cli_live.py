@@ -12,6 +12,7 @@ def apollo(*args, timeout=60):
                           timeout=timeout)
 
 
+@pytest.mark.slow
 def test_submit_inspect_cancel_and_down(tmp_path):
     folder = str(tmp_path / "c")
     quick = tmp_path / "quick.toml"

@@ -5,13 +5,14 @@ import math
 from hypothesis import given, settings, strategies as st
 
 from apollo.runtime.events import EventQueue
+from helpers import examples
 
 # An operation: pop, or push an entry this far after the last popped time (negative: overdue).
 ops = st.lists(st.one_of(st.none(), st.floats(-0.01, 3.0, allow_nan=False),
                          st.sampled_from([0.0, 0.0005, 0.001, 1e20])), max_size=300)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(ops, st.sampled_from([1e-3, 0.1, 1.0]))
 def test_pops_in_heap_order(script, width):
     q, heap = EventQueue(width), []
@@ -44,7 +45,7 @@ def test_same_time_pops_in_push_order():
     assert [q.pop_due()[1] for _ in range(5)] == list(range(5))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.floats(0.0, 2.0, allow_nan=False), max_size=40),
        st.lists(st.lists(st.floats(-0.01, 0.01, allow_nan=False), max_size=3), max_size=80),
        st.floats(0.0, 3.0, allow_nan=False))

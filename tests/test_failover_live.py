@@ -57,6 +57,7 @@ def kill9(folder: Path, role: str, index: int) -> int:
 
 # ---------------------------------------------------------------------------- a JM host killed mid-job
 
+@pytest.mark.slow
 def test_job_completes_after_its_jm_host_is_killed_mid_job(cluster):
     folder = cluster.up(pns=8, racks=2, procs=2)          # two JM hosts: jmhost:0 and jmhost:1
     n = 64                                                # 16 slots: 4 waves of 0.6 s
@@ -107,6 +108,7 @@ def test_job_completes_after_its_jm_host_is_killed_mid_job(cluster):
 
 # ---------------------------------------------------------------------------- the RM killed during submissions
 
+@pytest.mark.slow
 def test_rm_killed_while_50_jobs_are_submitted_stores_each_once_and_all_complete(cluster):
     folder = cluster.up(pns=8, racks=2, procs=2)
     jobs = 50
@@ -159,6 +161,7 @@ def test_rm_killed_while_50_jobs_are_submitted_stores_each_once_and_all_complete
 
 # ---------------------------------------------------------------------------- a JM host comes back
 
+@pytest.mark.slow
 def test_a_restarted_jm_host_rejoins(cluster):
     folder = cluster.up(pns=4, racks=2, procs=1)
     k = 1

@@ -78,6 +78,7 @@ def _folder(tmp_path: Path, http: str) -> Path:
     return tmp_path
 
 
+@pytest.mark.live
 async def test_heartbeats_and_records_reach_the_metrics_and_a_token_is_asked_off_loopback(tmp_path, unused_tcp_port):
     rm = RmState(RmConfig(4, 12, 2.0, 8.0))
     folder = _folder(tmp_path, f"0.0.0.0:{unused_tcp_port}")
@@ -129,6 +130,7 @@ async def test_heartbeats_and_records_reach_the_metrics_and_a_token_is_asked_off
 
 # ---------------------------------------------------------------------------- live
 
+@pytest.mark.live
 def test_metrics_and_api_on_a_live_cluster(cluster):
     folder, info = cluster
     base = f"http://{info['http']}"
@@ -182,6 +184,7 @@ def test_metrics_and_api_on_a_live_cluster(cluster):
     assert "<html" in page and "/api/stream" in page
 
 
+@pytest.mark.live
 @pytest.mark.skipif(chromium_binary() is None, reason="no chromium binary (apt-get install chromium)")
 def test_dashboard_in_a_browser_shows_servers_and_running_jobs(cluster, tmp_path):
     folder, info = cluster

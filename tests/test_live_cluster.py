@@ -190,6 +190,7 @@ def test_dag_job_with_command_reduce_completes_and_a_failing_command_fails_the_j
 
 # ---------------------------------------------------------------------------- 2. a PN process is killed
 
+@pytest.mark.slow
 def test_job_survives_sigkill_of_a_pn_process(cluster):
     folder = cluster.up(pns=8, racks=2, procs=2)
     info = read_info(folder)
@@ -307,6 +308,7 @@ def _probe_port(addr: str, real_secret: bytes) -> None:
     assert not any(f[0] == "refused" for f in frames), f"the right secret was refused: {frames}"
 
 
+@pytest.mark.slow
 def test_wrong_secret_and_garbage_are_refused_on_every_port_without_harm(cluster):
     folder = cluster.up(pns=4, racks=2, procs=2)
     secret = (folder / "secret").read_bytes().strip()
@@ -335,6 +337,7 @@ def test_wrong_secret_and_garbage_are_refused_on_every_port_without_harm(cluster
 
 # ---------------------------------------------------------------------------- 4. RM restart
 
+@pytest.mark.slow
 def test_rm_restart_keeps_submitted_jobs(cluster):
     folder = cluster.up(pns=4, racks=2, procs=1)
     n = 24
@@ -372,6 +375,7 @@ def test_rm_restart_keeps_submitted_jobs(cluster):
     assert_all_alive(folder)
 
 
+@pytest.mark.slow
 def test_rm_restart_after_every_job_finished_does_not_reuse_job_ids(cluster):
     folder = cluster.up(pns=2, racks=1, procs=1)
 
@@ -427,6 +431,7 @@ def test_cluster_down_leaves_no_process(cluster):
 
 # ---------------------------------------------------------------------------- 6. sim and live agree
 
+@pytest.mark.slow
 def test_simulate_and_replay_complete_the_same_tasks(cluster):
     spec, seed = "dag:jobs=5", 1
     servers, racks, cores, mem = 8, 2, 2.0, 8.0

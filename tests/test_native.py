@@ -125,6 +125,7 @@ def _run(code: str, env: dict) -> subprocess.CompletedProcess:
                           timeout=240)
 
 
+@pytest.mark.live
 def test_asking_for_a_build_that_does_not_exist_runs_the_python_and_says_why(tmp_path):
     env = dict(os.environ, APOLLO_NATIVE="1", APOLLO_NATIVE_CACHE=str(tmp_path))
     r = _run("import apollo.runtime.sim as s; from apollo import native; print(native.loaded(), s.__file__)", env)
@@ -148,6 +149,8 @@ print(json.dumps({"native": native.loaded(), "report": r}, sort_keys=True, defau
 """
 
 
+@pytest.mark.live
+@pytest.mark.slow
 @pytest.mark.skipif(bool(native.missing_tools()), reason=f"cannot compile here: {native.missing_tools()}")
 def test_the_compiled_modules_give_the_same_report(tmp_path):
     env = dict(os.environ, APOLLO_NATIVE_CACHE=str(tmp_path))

@@ -43,6 +43,7 @@ def job_file(path, name, queue, user, tasks=1, cmd='["sleep", "30"]'):
     return str(path)
 
 
+@pytest.mark.slow
 def test_admission_waits_with_its_place_and_an_unknown_queue_is_refused(tmp_path):
     folder = str(tmp_path / "c")
     queues = tmp_path / "q.toml"
@@ -74,6 +75,7 @@ def test_admission_waits_with_its_place_and_an_unknown_queue_is_refused(tmp_path
         apollo("cluster", "down", "--cluster", folder)
 
 
+@pytest.mark.slow
 def test_a_queue_takes_its_guarantee_back_by_preemption(tmp_path):
     """Two users in two capacity queues of 2 cores each on 4: alice's long tasks borrow bob's
     idle half; bob's queue gets it back within its 1 s reclaim timeout by killing the two
@@ -158,6 +160,7 @@ def _job(name, queue, user, n, dur):
     return JobSpec(name, [StageSpec("work", n, np.full(n, float(dur)))], user=user, queue=queue)
 
 
+@pytest.mark.slow
 def test_a_short_job_gets_its_queues_share_under_apollo_within_the_timeouts(tmp_path):
     """The two scenarios, on two clusters at once (16 PNs x 2 cores each, apollo):
     - capacity 70/30: alice's 64 x 60 s tasks in queue a borrow b's 30%; 5 s later bob's 16 x 5 s

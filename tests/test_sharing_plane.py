@@ -23,7 +23,7 @@ from jm.view import ViewCache
 from rm.queues import load_queue_file
 from rm.state import KEEP_ALL
 
-from helpers import Rng
+from helpers import Rng, examples
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "queues"
 TOPO = Topology(20, 4, cores=2.0)
@@ -51,7 +51,7 @@ def test_delay_levels_widen_with_the_wait_and_a_launch_resets_them():
     assert st.level == NODE
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(w1=hs.floats(0, 20), w2=hs.floats(0, 20),
        steps=hs.lists(hs.tuples(hs.floats(0, 10), hs.sampled_from([None, NODE, RACK, REMOTE])), max_size=30))
 def test_no_task_waits_past_w1_plus_w2(w1, w2, steps):
@@ -192,7 +192,8 @@ def test_a_job_cut_below_its_attempts_demotes_its_queued_ones_and_places_them_ag
 
 # ---- seeded simulations with queue files, every actor validated after every event ------------
 
-@pytest.mark.parametrize("queues,sched", [("three-pools.toml", "hfs-delay"), ("three-pools.toml", "apollo"),
+@pytest.mark.parametrize("queues,sched", [pytest.param("three-pools.toml", "hfs-delay", marks=pytest.mark.slow),
+                                          pytest.param("three-pools.toml", "apollo", marks=pytest.mark.slow),
                                           ("capacity-70-30.toml", "fifo")])
 def test_seeded_simulation_with_queues_keeps_every_invariant(queues, sched):
     tree = load_queue_file(EXAMPLES / queues)

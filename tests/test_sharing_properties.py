@@ -27,6 +27,7 @@ from apollo.records import A_END, A_JOB, A_OUTCOME
 from apollo.simulate import SimConfig, build
 from apollo.spec import JobSpec, StageSpec, Workload
 from bench.sharing import like_live
+from helpers import examples
 from rm.queues import QueueTree
 
 SERVERS, CORES = 6, 2.0
@@ -196,7 +197,7 @@ def check(jobs, sharing, scheduler):
             assert watch.reached(got, uend, "b", floor, u), f"user {u} of b never held its floor {floor}"
 
 
-SETTINGS = settings(max_examples=int(os.environ.get("SHARING_EXAMPLES", "12")), deadline=None,
+SETTINGS = settings(max_examples=int(os.environ.get("SHARING_EXAMPLES", examples(12))), deadline=None,
                     derandomize=not os.environ.get("SHARING_EXAMPLES"),
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 

@@ -32,7 +32,8 @@ def test_every_job_completes_under_every_scheduler(sched):
                       "utilization", "fairness", "throughput", "sim_time_s"}
 
 
-@pytest.mark.parametrize("sched", profiles())
+@pytest.mark.parametrize("sched", [p if p == "apollo" else pytest.param(p, marks=pytest.mark.slow)
+                                   for p in profiles()])          # three runs each: apollo's in the fast tier
 def test_same_seed_same_report_and_wire_changes_nothing(sched):
     cfg = SimConfig(servers=30, racks=3, seed=5, fail_prob=0.05, scheduler=sched)
     a = run_simulation(small(1), cfg)
@@ -73,6 +74,7 @@ def test_locality_is_mostly_node_local_with_apollo():
     assert r["locality"]["node"] > 0.6
 
 
+@pytest.mark.slow
 def test_real_trace_slice(traces):
     w = load_workload(str(traces / "FB-2009_samples_24_times_1hr_0_first50jobs.tsv"), cluster_servers=50)
     r = run_simulation(w, SimConfig(servers=50, racks=5, seed=1))
@@ -129,6 +131,7 @@ def test_rm_restart_recovers_admitted_jobs_from_its_store():
     assert [row[2] for row in rt.nodes["rm"].store.all()] == ["done"] * 10
 
 
+@pytest.mark.slow
 def test_long_tasks_probed_while_running_still_complete():
     """Heavy-tailed tasks run long enough for their JM to probe them; a running one's answer
     repeats what the JM knew (this once raised IllegalTransition and stopped the run)."""

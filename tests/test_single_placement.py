@@ -24,6 +24,7 @@ from jm.state import JmConfig, JmState
 
 DISPATCHED, RUNNING, DONE, FAILED = TaskState.DISPATCHED, TaskState.RUNNING, TaskState.DONE, TaskState.FAILED
 from jm.view import ViewCache
+from helpers import examples
 
 GRID = ShapeGrid((1.0, 2.0, 4.0), (2.0, 4.0, 8.0, 16.0))
 CPU_GRID, MEM_GRID = GRID.cpu, GRID.mem
@@ -59,7 +60,7 @@ def scene(seed: int, servers: int, racks: int, policy: str, with_input: bool, fa
     return jm, cfg, float(g.uniform(15.0, 30.0))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(seed=hs.integers(0, 2**32 - 1), servers=hs.integers(1, 60), racks=hs.integers(1, 6),
        policy=hs.sampled_from(["apollo", "greedy"]), with_input=hs.booleans(), failures=hs.booleans(),
        defer=hs.sampled_from([0.0, 1.0, 30.0]))
@@ -85,8 +86,9 @@ def _report(workload: str, cfg: SimConfig) -> str:
 
 
 @pytest.mark.parametrize("workload,extra", [
-    ("fb2009:jobs=15", dict(fail_prob=0.03, opportunistic=True, slow_fraction=0.2)),
-    ("fb2009:jobs=20", dict(jm_hosts=2, crashes=[(4.0, "jm:0", 2.0)], host_dead_after_s=1.0)),
+    pytest.param("fb2009:jobs=15", dict(fail_prob=0.03, opportunistic=True, slow_fraction=0.2), marks=pytest.mark.slow),
+    pytest.param("fb2009:jobs=20", dict(jm_hosts=2, crashes=[(4.0, "jm:0", 2.0)], host_dead_after_s=1.0),
+                 marks=pytest.mark.slow),
     ("heavytail:jobs=25", dict(delay=(2.0, 2.0))),
     ("heavytail:jobs=25", dict(stragglers=DOLLY, clone_beta=0.1)),
 ])

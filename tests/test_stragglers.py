@@ -61,8 +61,10 @@ def test_budget_admits_a_jobs_clones_all_or_none_and_never_beyond_beta():
 
 from hypothesis import given, settings, strategies as hs
 
+from helpers import examples
 
-@settings(max_examples=200, deadline=None)
+
+@settings(max_examples=examples(200), deadline=None)
 @given(hs.lists(hs.tuples(hs.booleans(), hs.integers(1, 12), hs.floats(0.5, 4.0), hs.floats(0.0, 1.0)),
                 max_size=40), hs.floats(0.01, 0.2))
 def test_clones_never_exceed_the_budget(ops, beta):
