@@ -216,7 +216,7 @@ class RmState:
 
     def _on_heartbeat(self, hb: Heartbeat, now: float) -> list:
         if hb.server >= self.cfg.servers:
-            return [Log("warn", (f"heartbeat from unknown server {hb.server}",))]
+            return [_unknown_server(hb)]
         if self.cluster.observe(hb, now):
             self.admission.dirty = True      # a server (back) to life: more tokens to share
         return []
@@ -225,11 +225,16 @@ class RmState:
         """Several heartbeats at once, in arrival order (one event for all of them: the
         per-heartbeat work is a few row writes, less than the event's own cost)."""
         out: list = []
-        one = self._on_heartbeat
+        n = self.cfg.servers
+        observe = self.cluster.observe
+        grew = False
         for hb in hbs:
-            r = one(hb, now)
-            if r:
-                out += r
+            if hb.server >= n:
+                out.append(_unknown_server(hb))
+            elif observe(hb, now):
+                grew = True
+        if grew:
+            self.admission.dirty = True
         return out
 
     def _tick(self, now: float) -> list:
@@ -394,3 +399,7 @@ class RmState:
         assert all(e.tokens >= 0 for e in self.jobs.values())
         assert all(j < self.next_job_id for j in self.jobs)
         assert sum(self.holding().values()) <= self.capacity + 1e-6, "more CPUs held than the cluster has"
+
+
+def _unknown_server(hb: Heartbeat) -> Log:
+    return Log("warn", (f"heartbeat from unknown server {hb.server}",))
