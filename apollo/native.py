@@ -43,7 +43,9 @@ from pathlib import Path
 # Compiled together (one mypyc group: calls between them are C calls).
 MODULES = ("apollo.clocks", "apollo.effects", "apollo.messages", "apollo.wire", "apollo.records",
            "apollo.runtime.events", "apollo.runtime.sim", "pn.queue", "pn.state", "jm.attempts", "jm.host", "jm.state",
-           "jm.view", "rm.state", "jm.tasks", "jm.placement", "jm.watchdog", "jm.adoption", "jm.giveback")
+           "jm.view", "rm.state", "jm.tasks", "jm.placement", "jm.watchdog", "jm.adoption", "jm.giveback",
+           "rm.jobs", "rm.cluster_load", "rm.token_messages", "rm.jm_homes", "rm.queue_limits", "rm.admission",
+           "rm.give_back_asks", "rm.allocation_round", "rm.host_reports")
 # The project modules those import: their sources are part of a build's identity too.
 DEPENDS = ("apollo.cluster", "apollo.lifecycle", "apollo.shapes", "apollo.spec",
            "apollo.stragglers", "apollo.runtime.hugepages", "jm.estimate", "jm.matching", "jm.policies",
