@@ -2,17 +2,17 @@
 its DOM with a JavaScript expression, take a screenshot. For the dashboard's browser test."""
 from __future__ import annotations
 
-import asyncio
 import base64
 import itertools
 import json
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import aiohttp
+
+from helpers import await_until
 
 
 def chromium_binary() -> str | None:
@@ -43,11 +43,11 @@ class Browser:
              "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         # Chromium writes the port it picked here once it listens
         port_file = Path(self.profile.name) / "DevToolsActivePort"
-        deadline = time.monotonic() + 20
-        while not (port_file.exists() and port_file.read_text().count("\n") >= 1):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("chromium did not start its DevTools endpoint")
-            await asyncio.sleep(0.05)
+        await await_until(lambda: self.proc.poll() is not None
+                          or (port_file.exists() and port_file.read_text().count("\n") >= 1),
+                          20, "chromium's DevTools endpoint", 0.05)
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"chromium exited ({self.proc.returncode}) before its DevTools endpoint started")
         port = int(port_file.read_text().split()[0])
         self.session = aiohttp.ClientSession()
         async with self.session.get(f"http://127.0.0.1:{port}/json/list") as r:
