@@ -50,10 +50,6 @@ def value(fams: dict, name: str, **labels) -> float:
     return sum(s.value for s in fam.samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
-def poll(pred, timeout: float, what: str):
-    return wait_until(pred, timeout, what, 0.1)
-
-
 @pytest.fixture
 def cluster(tmp_path):
     folder = tmp_path / "cluster"
@@ -151,7 +147,7 @@ def test_metrics_and_api_on_a_live_cluster(cluster):
         fams = families(body.decode())
         done = value(fams, "apollo_task_attempts_total", outcome="done") >= 8
         return fams if done and value(fams, "apollo_running_jobs", queue="root") == 1 else None
-    fams = poll(scrape, 5, "the short jobs' attempts in /metrics, and them gone from the RM")
+    fams = wait_until(scrape, 5, "the short jobs' attempts in /metrics, and them gone from the RM")
     ours = sorted(n for n in fams if n.startswith("apollo_"))
     assert len(ours) >= 8, ours
     assert {"apollo_tasks", "apollo_pending_jobs", "apollo_running_jobs", "apollo_queue_share_cores",
@@ -168,14 +164,14 @@ def test_metrics_and_api_on_a_live_cluster(cluster):
     c = json.loads(get(f"{base}/api/cluster")[1])
     assert len(c["servers"]) == 4 and c["servers_alive"] == 4 and c["capacity_cores"] == 8
     assert [r["servers"] for r in c["racks"]] == [[0, 1], [2, 3]] and [h["name"] for h in c["jm_hosts"]] == ["jmhost:0", "jmhost:1"]
-    assert poll(lambda: json.loads(get(f"{base}/api/cluster")[1])["tasks"]["running"] == 2, 5, "the long tasks running")
+    assert wait_until(lambda: json.loads(get(f"{base}/api/cluster")[1])["tasks"]["running"] == 2, 5, "the long tasks running")
     q = json.loads(get(f"{base}/api/queues")[1])
     root = q["queues"][0]
     assert root["path"] == "root" and root["leaf"] and root["running_jobs"] == 1 and root["guarantee_cores"] == 8
     jobs = {j["id"]: j for j in json.loads(get(f"{base}/api/jobs")[1])["jobs"]}
     assert jobs[long]["state"] == "running" and jobs[long]["tokens"] >= 1 and jobs[long]["name"] == "long"
-    assert poll(lambda: all(j["state"] == "done" for j in json.loads(get(f"{base}/api/jobs")[1])["jobs"]
-                            if j["id"] in short), 5, "the short jobs listed as done")
+    assert wait_until(lambda: all(j["state"] == "done" for j in json.loads(get(f"{base}/api/jobs")[1])["jobs"]
+                                  if j["id"] in short), 5, "the short jobs listed as done")
     one = json.loads(get(f"{base}/api/jobs/{short[0]}")[1])
     assert one["name"] == "short0" and one["state"] == "done" and one["done"] == 4
     assert [s["done"] for s in one["stages"]] == [4] and sum(a["outcome"] == "done" for a in one["attempts"]) == 4
