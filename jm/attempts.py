@@ -319,7 +319,7 @@ class Attempts:
         if now_ids:
             self._dispatch_clones(now_ids, now, rng, out, scale)
 
-    def _omega(self, st) -> float:
+    def _omega(self, st: Stage) -> float:
         """How long a downstream clone waits for an exclusive copy (Dolly's omega, by its
         cost-benefit analysis): the wait w that minimises the clone's expected read, over the
         gaps seen between a task's first and its second copy (inf: none came) as samples of when
@@ -342,7 +342,7 @@ class Attempts:
                 best, best_cost = w, cost
         return best
 
-    def _copies_of_inputs(self, st) -> list[int]:
+    def _copies_of_inputs(self, st: Stage) -> list[int]:
         """Copies of each output ``st`` reads (it reads all of its parents' tasks' outputs): the
         finished attempts of each."""
         tk = self.tasks

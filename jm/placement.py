@@ -22,7 +22,7 @@ from .matching import UNMATCHED
 from .policies.batch import Batch
 from .policies.opportunistic import random_idle
 from .policies.pipeline import place, place_one
-from .tasks import DISPATCHED, READY, Stage, TaskTable, pn_address
+from .tasks import READY, TaskTable, pn_address
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
