@@ -1,5 +1,10 @@
-"""Every message of the protocol: one slotted dataclass each, every field declared once with its
-codec (apollo.wire: how messages travel, and what decoding checks)."""
+"""Every message of the protocol: one dataclass each (a C struct once compiled, apollo.native).
+
+A field is declared once, with its codec (apollo.wire) as its metadata:
+``tokens: int = field(metadata=NAT)``, ``seq: int = field(default=0, metadata=NAT)``; a class
+that spells out its ``__init__`` keeps its defaults there. ``wire(cls, code)`` below the class
+reads the codecs in field order, which is the order on the wire (tests/messages_wire.hex holds
+every message's bytes: a change of the protocol is made on purpose, with PROTOCOL_VERSION)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
