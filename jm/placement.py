@@ -296,6 +296,7 @@ class Placement:
         # while the allowance lasts and the server is idle; the batch stops at the first task
         # that is neither.
         free = tk.tokens - tk.used_tokens
+        extra: Any      # (a number of tokens, or one per task)
         if single:
             extra = tk.tokens * (tk.depth(stages[0]) - 1)
         else:

@@ -59,12 +59,12 @@ class Stage:
         self.index = index
         self.spec = spec
         self.offset = offset
-        self.n: int = spec.tasks
+        self.n = spec.tasks
         self.parents: list[int] = []
         self.children: list[int] = []
-        self.remaining: int = spec.tasks
-        self.declared: float = spec.estimate_s        # the spec's own estimate, counted as one observation
-        self.est_runtime: float = self.declared
+        self.remaining = spec.tasks
+        self.declared = spec.estimate_s        # the spec's own estimate, counted as one observation
+        self.est_runtime = self.declared
         self.obs_n = 0
         self.obs_sum = 0.0
         self.reps: np.ndarray | None = None
