@@ -4,7 +4,7 @@ A profile is what ``--scheduler NAME`` picks: a matcher (how tasks are paired wi
 candidate filters (which may drop candidates or hold a task back, each in its own module),
 a dispatch gate (what may go out beyond the tokens), and two switches of the JM's own:
 Apollo's corrections (move a task stuck in a queue) and polling (look again every
-JmConfig.retry_s while tasks wait, as Hadoop's heartbeat-driven assignment does).
+DispatchConfig.retry_s while tasks wait, as Hadoop's heartbeat-driven assignment does).
 ``tokens`` names the RM's default sharing of tokens for the profile.
 
 The three seams are base classes in jm.policies.base (Filter, Matcher, Gate), with defaults
@@ -34,7 +34,7 @@ class Profile:
     gate: Gate = TOKENS
     corrections: bool = False        # Apollo's: withdraw a task still queued long past its expected wait
     polls: bool = False              # look again while tasks are ready (not only on news) ...
-    poll_s: float = 0.0              # ... this often (0: JmConfig.retry_s)
+    poll_s: float = 0.0              # ... this often (0: DispatchConfig.retry_s)
     tokens: str = "even"             # the RM's token policy when none is named
 
     def new_states(self) -> tuple:

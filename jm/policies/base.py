@@ -64,7 +64,7 @@ class Filter:
     def rematches_on_news(self, cfg) -> bool:
         """Whether a task this filter held back is matched again on the next status report or
         view (True), or the job must poll for it (False, the safe answer: it looks again every
-        JmConfig.retry_s)."""
+        DispatchConfig.retry_s)."""
         return False
 
     def wake_at(self, state, now: float, cfg) -> float | None:
@@ -154,8 +154,8 @@ class Gate:
     tasks while the job's tokens last; a gate may add more (jm.policies.gate.DispatchGate)."""
     __slots__ = ()
     opportunistic: bool = False      # beyond tokens, as opportunistic tasks (if JmConfig allows)
-    lookahead: bool = False          # match JmConfig.lookahead tasks per free token, best first
-    pipelining: bool = False         # short tasks: JmConfig.pipeline_s of work per token
+    lookahead: bool = False          # match PlacementConfig.lookahead tasks per free token, best first
+    pipelining: bool = False         # short tasks: DispatchConfig.pipeline_s of work per token
 
     def describe(self, opportunistic: bool = True) -> list[str]:
         """What the report lists of this gate (``opportunistic``: whether the run allows them)."""

@@ -10,7 +10,7 @@ jobs at load 0.85 for 0.8 s (median), and half of them still queued afterwards: 
 against 1.6 s for the others; that was apollo's loss to greedy on the median job.)
 
 A task whose options all still cost more than reading its input remotely on an idle server
-(plus JmConfig.defer_s) stays in the ready list: the token is better spent on a server that
+(plus PlacementConfig.defer_s) stays in the ready list: the token is better spent on a server that
 is free, and the task is matched again in the next batch or pass, which is when the picture
 can change (so the job does not poll for it).
 """
