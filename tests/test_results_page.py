@@ -24,7 +24,7 @@ BENCHES = {
                                                                         "no_preemption": float("inf")}},
     "shortjob-pools-sim": {"scenario": "pools", "scheduler": "apollo", "mode": "sim", "short_job_s": 10.2,
                            "due_s": 20.0, "timeout_s": 5.0, "owed_cores": 6.4, "tasks_killed": 16,
-                           "tasks_killed_minimum": 7, "held_max_cores": 32.0, "capacity_cores": 32.0},
+                           "tasks_killed_minimum": 7},
     "scale": {"servers": [100], "queues": None, "native": True, "seconds": 60.0, "runs": [
         {"servers": 100, "tasks": 6000, "jobs_completed": 50, "jobs": 50, "decisions_per_wall_s": 22462.0,
          "wall_s_per_task": 4.4e-5, "locality_node": 0.988, "task_queue_delay_p95_s": 0.11}]},
