@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from apollo.effects import Log, Send, SetTimer
-from apollo.lifecycle import step
 from apollo.messages import KillTask, ProbeJob, TaskReport, TaskSpec
 
 from .attempts import Attempts
@@ -68,7 +67,7 @@ class Adoption:
             return False                          # (pending: its stage is not released; cannot be)
         st = tk.stages[tk.stage_of.item(t)]
         st.ready.remove(t)
-        tk.state[t] = step(READY, "dispatch")
+        tk.move(t, "dispatch")
         tk.attempt[t] = spec.attempt              # (its next attempt is numbered above the base again)
         tk.server[t] = server
         tk.opp[t] = False
