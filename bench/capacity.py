@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from apollo.spec import JobSpec, StageSpec
+from apollo.core.spec import JobSpec, StageSpec
 
 from .common import axes, save_plot, write_json
 from .sharing import Scenario, back_after, longest_below, run_live, run_sim, short_at

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from apollo.records import A_CPU, A_END, A_JOB, A_OPP, A_OUTCOME, A_START
-from apollo.simulate import SimConfig, build
+from apollo.core.records import A_CPU, A_END, A_JOB, A_OPP, A_OUTCOME, A_START
+from apollo.tools.simulate import SimConfig, build
 
 
 def run(cfg: SimConfig, workload, until: float = float("inf")):

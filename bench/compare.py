@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from apollo.simulate import SimConfig, run_simulation
+from apollo.tools.simulate import SimConfig, run_simulation
 from apollo.workloads import load_workload
 
 from .common import shared_trace, write_json

@@ -23,9 +23,9 @@ import sys
 
 import numpy as np
 
-from apollo.records import A_DISPATCH, A_END, A_KIND, A_OPP, A_OUTCOME, A_READY, A_START
-from apollo.report import _busy_integral, attempt_figures, utilization_series
-from apollo.simulate import SimConfig
+from apollo.core.records import A_DISPATCH, A_END, A_KIND, A_OPP, A_OUTCOME, A_READY, A_START
+from apollo.tools.report import _busy_integral, attempt_figures, utilization_series
+from apollo.tools.simulate import SimConfig
 from apollo.workloads import load_workload
 
 from .common import run, shared_trace, write_json

@@ -27,8 +27,8 @@ import sys
 
 import numpy as np
 
-from apollo.simulate import SimConfig, run_simulation
-from apollo.spec import JobSpec, StageSpec, Workload
+from apollo.tools.simulate import SimConfig, run_simulation
+from apollo.core.spec import JobSpec, StageSpec, Workload
 
 from .common import axes, save_plot, write_json
 

@@ -6,7 +6,7 @@ with stragglers as measured in production (the slowest task of a small job's pha
 speculation: small jobs (bin 1, <= 10 tasks) finish 34-46% sooner, and slowest/median falls
 from 8x to 1.06x. Here: FB-2009 day 0 (the SWIM sample of the same trace) at ``--load`` on
 ``--servers`` servers, each attempt slowed down by Dolly's straggler model
-(apollo/stragglers.py), under the apollo scheduler in three modes:
+(apollo/core/stragglers.py), under the apollo scheduler in three modes:
 
 - none: no straggler mitigation at all (no copies, no clones);
 - copies: the JMs' straggler copies (progress-based, LATE-like: a running task past twice its
@@ -38,10 +38,10 @@ from collections import defaultdict
 
 import numpy as np
 
-from apollo.records import A_CPU, A_END, A_JOB, A_OUTCOME, A_STAGE, A_START, A_TASK
-from apollo.report import SMALL_JOB_TASKS
-from apollo.simulate import SimConfig
-from apollo.stragglers import DOLLY
+from apollo.core.records import A_CPU, A_END, A_JOB, A_OUTCOME, A_STAGE, A_START, A_TASK
+from apollo.tools.report import SMALL_JOB_TASKS
+from apollo.tools.simulate import SimConfig
+from apollo.core.stragglers import DOLLY
 from apollo.workloads import load_workload
 
 from .common import axes, run, save_plot, shared_trace, write_json
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
            "paper": {"speedup_over_speculation": [0.34, 0.46], "slowest_over_median": {"before": 8.0, "dolly": 1.06},
                      "extra_resources": 0.05},
            "setup": {"trace": str(trace), "servers": a.servers, "racks": a.racks, "load": a.load, "jobs": a.jobs,
-                     "seeds": a.seeds, "stragglers": "dolly (apollo/stragglers.py)", "scheduler": "apollo"}}
+                     "seeds": a.seeds, "stragglers": "dolly (apollo/core/stragglers.py)", "scheduler": "apollo"}}
     print(f"small jobs (<= {SMALL_JOB_TASKS} tasks), mean completion: none {mean['none']:.2f}s, "
           f"copies {mean['copies']:.2f}s, dolly {mean['dolly']:.2f}s "
           f"({out['speedup_over_copies']:.0%} faster than copies); slowest/median "

@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from apollo.spec import JobSpec, StageSpec
+from apollo.core.spec import JobSpec, StageSpec
 
 from .common import axes, save_plot, write_json
 from .sharing import Scenario, back_after, run_live, run_sim, short_at

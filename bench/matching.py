@@ -14,7 +14,7 @@ repetitions. Three schedulers place the same instance:
 
 * greedy  -- tasks in a random (seeded) order; each takes the server where it would
   complete soonest given the tasks already placed. (Unchanged baseline.)
-* stable  -- a batch scheduler built on ``jm.matching.stable_match`` (below).
+* stable  -- a batch scheduler built on ``jm.stable_matching.stable_match`` (below).
 * optimal -- exact minimum of the summed completion times, via
   ``scipy.optimize.linear_sum_assignment`` on the positional expansion (see
   ``optimal_schedule``).
@@ -96,7 +96,7 @@ from typing import Sequence
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from jm.matching import UNMATCHED, stable_match
+from jm.stable_matching import UNMATCHED, stable_match
 
 SERVERS = 100
 PREFERRED_FACTOR = 0.5      # runtime multiplier on a task's preferred server
@@ -156,7 +156,7 @@ def greedy_schedule(wait: np.ndarray, runtime: np.ndarray,
                     order: np.ndarray | None = None) -> Schedule:
     """Tasks in ``order``; each appends itself where it completes soonest.
 
-    Implemented directly rather than with ``jm.matching.greedy_match``: that adds one
+    Implemented directly rather than with ``jm.stable_matching.greedy_match``: that adds one
     fixed load per task whatever server it picks, but here a task's occupancy depends on
     whether it landed on its preferred server."""
     n, S = runtime.shape

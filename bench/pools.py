@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from apollo.simulate import SimConfig, run_simulation
+from apollo.tools.simulate import SimConfig, run_simulation
 from apollo.workloads import load_workload
 from apollo.workloads.assign import assign
 from rm.queues import load_queue_file

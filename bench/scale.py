@@ -10,7 +10,7 @@ round trip here (the simulator's ``wire=False``): every other simulation and
 the test suite exercise the codec; this benchmark measures the scheduler.
 
 By default (``--native auto``) the run uses the compiled event kernel and PN
-(apollo.native: the same modules built with mypyc, the same results), building
+(apollo.tools.native: the same modules built with mypyc, the same results), building
 them first if this machine can and they are not built yet, and says which it
 ran; ``--native off`` measures the interpreted modules.
 """
@@ -23,9 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-from apollo import native
+from apollo.tools import native
 
-from apollo.simulate import SimConfig, run_simulation
+from apollo.tools.simulate import SimConfig, run_simulation
 from apollo.workloads import load_workload
 from apollo.workloads.assign import assign
 from rm.queues import load_queue_file
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--assign", default="size", help="how jobs spread over the queues (apollo simulate --assign)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--native", choices=("auto", "on", "off"), default="auto",
-                   help="the compiled kernel and PN (apollo.native): auto uses them when they can be built")
+                   help="the compiled kernel and PN (apollo.tools.native): auto uses them when they can be built")
     a = p.parse_args(argv)
     if a.native != "off" and not native.loaded():
         if os.environ.get(RELAUNCHED):
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             _run_native(sys.argv[1:] if argv is None else argv, required=a.native == "on")
     sizes = [int(x) for x in a.servers.split(",") if x]
     rows = []
-    print("compiled kernel and PN (apollo.native)" if native.loaded() else "interpreted modules")
+    print("compiled kernel and PN (apollo.tools.native)" if native.loaded() else "interpreted modules")
     print(f"{'servers':>8} {'tasks':>9} {'sim s':>7} {'wall s':>8} {'decisions/wall s':>17} {'wall us/task':>13} {'node loc':>9}")
     for n in sizes:
         r = run_one(n, a.seconds, a.seed, a.queues, a.assign)
@@ -97,7 +97,7 @@ def _run_native(argv: list[str], required: bool) -> None:
     imported them). Returns only when they cannot be built and were not required."""
     try:
         if not native.built():
-            print("building the compiled kernel and PN (apollo.native; once per source version)...",
+            print("building the compiled kernel and PN (apollo.tools.native; once per source version)...",
                   file=sys.stderr, flush=True)
         native.build()
     except native.NativeBuildError as e:
@@ -105,7 +105,7 @@ def _run_native(argv: list[str], required: bool) -> None:
             raise SystemExit(f"apollo bench scale --native on: {e}")
         print(f"(running interpreted: {e})", file=sys.stderr)
         return
-    code = "import sys; from bench.scale import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from apollo.bench.scale import main; sys.exit(main(sys.argv[1:]))"
     os.execve(sys.executable, [sys.executable, "-c", code, *argv], dict(os.environ, **{native.ENV: "1", RELAUNCHED: "1"}))
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from apollo.records import A_CPU, A_END, A_JOB, A_OPP, A_OUTCOME, A_START, Recorder
-from apollo.simulate import SimConfig, build
-from apollo.spec import JobSpec, Workload
+from apollo.core.records import A_CPU, A_END, A_JOB, A_OPP, A_OUTCOME, A_START, Recorder
+from apollo.tools.simulate import SimConfig, build
+from apollo.core.spec import JobSpec, Workload
 from rm.queues import QueueTree
 
 
@@ -87,10 +87,10 @@ def held(rec, jobs: set[int], times: np.ndarray) -> np.ndarray:
 
 
 def like_live(cfg: SimConfig) -> SimConfig:
-    """``cfg`` with the live cluster's cadences (apollo.node): PNs re-report within 0.2 s of a
+    """``cfg`` with the live cluster's cadences (apollo.tools.process): PNs re-report within 0.2 s of a
     change and at least every second, the RM spreads its view every 0.25 s, JM hosts report
     every 0.25 s, and Apollo's JMs may dispatch opportunistic tasks."""
-    from apollo.node import HOST_DEAD_AFTER_S, HOST_REPORT_S, LIVE_PN, VIEW_INTERVAL_S
+    from apollo.tools.process import HOST_DEAD_AFTER_S, HOST_REPORT_S, LIVE_PN, VIEW_INTERVAL_S
     return replace(cfg, heartbeat_s=LIVE_PN["heartbeat_s"], liveness_s=LIVE_PN["liveness_s"],
                    view_interval_s=VIEW_INTERVAL_S, host_report_s=HOST_REPORT_S,
                    host_dead_after_s=HOST_DEAD_AFTER_S, opportunistic=True)
@@ -115,8 +115,8 @@ def _longest(scn: Scenario) -> float:
 
 def run_live(scn: Scenario, scheduler: str, folder: Path | None = None, procs: int = 2) -> Run:
     """The scenario on a live local cluster (started here and stopped after)."""
-    from apollo.livecluster import down, up
-    from apollo.replay import read_events
+    from apollo.tools.livecluster import down, up
+    from apollo.tools.replay import read_events
     tmp = None
     if folder is None:
         tmp = tempfile.TemporaryDirectory(prefix="apollo-bench-")
@@ -140,7 +140,7 @@ def run_live(scn: Scenario, scheduler: str, folder: Path | None = None, procs: i
 
 
 async def _drive(folder: Path, scn: Scenario) -> list[int]:
-    from apollo.client import Client
+    from apollo.tools.client import Client
     order = sorted(range(len(scn.jobs)), key=lambda i: scn.jobs[i].arrival_s)
     ids = [-1] * len(scn.jobs)
     async with Client(folder) as c:

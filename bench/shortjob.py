@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from apollo.spec import JobSpec, StageSpec
+from apollo.core.spec import JobSpec, StageSpec
 
 from .common import write_json
 from .sharing import Scenario, run_live, run_sim, short_at

@@ -25,15 +25,15 @@ JM <-> PN round trips; Apollo's no-op rate is therefore also measured on the def
 ``noop_tasks_per_s_wide``; no-op tasks need no real CPU), where a lone job schedules in large
 batches. ``--wide-noop-tasks 0`` skips it.
 
-A synthetic task normally pays the I/O model's 0.2 s start-up (apollo.cluster.IoModel.init_s);
+A synthetic task normally pays the I/O model's 0.2 s start-up (apollo.core.cluster.IoModel.init_s);
 the bench starts its clusters with ``io={"init_s": 0}`` (kept in cluster.json's config, read by
-apollo.node for the executors and the JMs' estimates), so a 0 s task is a true no-op and a
+apollo.tools.process for the executors and the JMs' estimates), so a 0 s task is a true no-op and a
 10 ms task takes 10 ms. Everything else is the production path: the client's TCP submit, the
 RM's SQLite job store, tokens, the JM's candidates, estimates and stable matching, the PN
 queues, the event files every process writes.
 
 By default (``--native auto``) the cluster's processes run the compiled event kernel, PN and
-JM (apollo.native: the same modules built with mypyc, the same behaviour), built first if this
+JM (apollo.tools.native: the same modules built with mypyc, the same behaviour), built first if this
 machine can; ``--native off`` measures the interpreted ones. The JSON says which ran.
 
 Dask and Ray are optional (``pip install "dask[distributed]" ray``, the ``peers`` extra); one
@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from apollo import native
+from apollo.tools import native
 
 PEERS = ("dask", "ray")
 KEYS = ("noop_tasks_per_s", "roundtrip_ms", "short_task_efficiency", "startup_s")
@@ -78,7 +78,7 @@ def _median_ms(lat: list[float]) -> tuple[float, float]:
 # ---------------------------------------------------------------------------- apollo
 
 def _job(name: str, tasks: int, seconds: float):
-    from apollo.spec import JobSpec, StageSpec
+    from apollo.core.spec import JobSpec, StageSpec
     return JobSpec(name, [StageSpec("work", tasks, np.full(tasks, float(seconds)), cpu=1.0, mem_gb=1.0)])
 
 
@@ -93,7 +93,7 @@ async def _apollo_noop(c, tasks: int) -> float:
 
 async def _apollo_runs(folder: Path, noop_tasks: int, roundtrips: int, short_tasks: int,
                        short_s: float) -> dict:
-    from apollo.client import Client
+    from apollo.tools.client import Client
     out: dict = {}
     async with Client(folder) as c:
         for _ in range(WARMUP):        # connections dialled and handshaken, code paths warm
@@ -136,7 +136,7 @@ def _apollo_cluster(folder: Path, shape: dict, work) -> dict:
     """Start a cluster of ``shape``, run ``work(folder)`` against it, stop it. A cluster that fails
     to start (a process exits during start-up, e.g. a listen port taken meanwhile by someone
     else) is started once more in a fresh folder; the retry is counted in the results."""
-    from apollo import livecluster
+    from apollo.tools import livecluster
     from apollo.runtime.live import run
     for attempt in range(2):
         where = folder if attempt == 0 else folder.with_name(folder.name + "-retry")
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--short-ms", type=float, default=10.0)
     p.add_argument("--json", help="write the results here")
     p.add_argument("--native", choices=("auto", "on", "off"), default="auto",
-                   help="the cluster's processes run the compiled kernel, PN and JM (apollo.native): "
+                   help="the cluster's processes run the compiled kernel, PN and JM (apollo.tools.native): "
                         "auto when they can be built")
     a = p.parse_args(argv)
     try:
@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     except native.NativeBuildError as e:
         print(f"apollo bench throughput --native on: {e}", file=sys.stderr)
         return 2
-    print("cluster processes: " + ("compiled kernel, PN and JM (apollo.native)" if not why_not
+    print("cluster processes: " + ("compiled kernel, PN and JM (apollo.tools.native)" if not why_not
                                    else f"interpreted ({why_not})"), flush=True)
     peers = [x.strip() for x in a.vs.split(",") if x.strip()]
     unknown = [x for x in peers if x not in PEERS]

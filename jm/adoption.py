@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from apollo.effects import Log, Send, SetTimer
-from apollo.messages import KillTask, ProbeJob, TaskReport, TaskSpec
+from apollo.core.effects import Log, Send, SetTimer
+from apollo.core.messages import KillTask, ProbeJob, TaskReport, TaskSpec
 
 from .attempts import Attempts
 from .config import JmConfig

@@ -6,7 +6,7 @@ A task has one *first* attempt at a time, kept in the task table's columns
 (jm/tasks.py: the hot path, one attempt per task, costs nothing more), and any
 number of extra attempts beside it, kept here as ``Extra`` rows: a table that
 is empty for almost every task. Each attempt, first or extra, moves through
-the one transition table (apollo.lifecycle); the first of a task's attempts to
+the one transition table (apollo.core.lifecycle); the first of a task's attempts to
 finish wins, the rest are killed at their PNs and recorded as "lost".
 
 What each extra attempt holds:
@@ -40,13 +40,13 @@ from typing import Any
 
 import numpy as np
 
-from apollo.effects import Log, Send, SetTimer
-from apollo.lifecycle import TaskState, step
-from apollo.cluster import NODE, REMOTE, locality_of
-from apollo.messages import Dispatch, KillTask, TaskReport, TaskSpec, UpgradeTask
+from apollo.core.effects import Log, Send, SetTimer
+from apollo.core.lifecycle import TaskState, step
+from apollo.core.cluster import NODE, REMOTE, locality_of
+from apollo.core.messages import Dispatch, KillTask, TaskReport, TaskSpec, UpgradeTask
 
 from .config import JmConfig
-from .matching import UNMATCHED
+from .stable_matching import UNMATCHED
 from .placement import Placement
 from .policies.opportunistic import random_idle
 from .tasks import CLONE, COPY, DISPATCHED, DONE, DUPLICATE, READY, RUNNING, Stage, TaskTable, pn_address

@@ -10,7 +10,7 @@ import functools
 
 import numpy as np
 
-from apollo.cluster import Topology
+from apollo.core.cluster import Topology
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from apollo.cluster import IoModel, Topology
-from apollo.shapes import GRID, ShapeGrid
+from apollo.core.cluster import IoModel, Topology
+from apollo.core.shapes import GRID, ShapeGrid
 
 from . import estimate as est
 from .policies import Profile, profile as find_profile

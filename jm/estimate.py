@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from apollo.cluster import NODE, RACK, REMOTE, IoModel
+from apollo.core.cluster import NODE, RACK, REMOTE, IoModel
 
 
 @dataclass(slots=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from apollo.effects import Log, Send
-from apollo.messages import DemoteTask, ReclaimTokens, YieldJob
+from apollo.core.effects import Log, Send
+from apollo.core.messages import DemoteTask, ReclaimTokens, YieldJob
 
 from .attempts import Attempts
 from .tasks import DISPATCHED, INF, RUNNING, TaskTable, pn_address

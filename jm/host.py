@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from apollo.effects import CancelTimer, Log, Send, SetTimer, Start, Timer
-from apollo.lifecycle import TaskState
-from apollo.messages import (CancelJob, ClusterView, Holding, HostReport, JobDone, KillTask, ReclaimTokens,
+from apollo.core.effects import CancelTimer, Log, Send, SetTimer, Start, Timer
+from apollo.core.lifecycle import TaskState
+from apollo.core.messages import (CancelJob, ClusterView, Holding, HostReport, JobDone, KillTask, ReclaimTokens,
                              ReleaseJob, StartJob, StatusBatch, TokenGrant)
 
 from .state import JmConfig, JmState

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from apollo.cluster import locality_of
-from apollo.effects import Log, Send, SetTimer
-from apollo.messages import Dispatch, TaskSpec
+from apollo.core.cluster import locality_of
+from apollo.core.effects import Log, Send, SetTimer
+from apollo.core.messages import Dispatch, TaskSpec
 
 from .config import JmConfig
-from .matching import UNMATCHED
+from .stable_matching import UNMATCHED
 from .policies.batch import Batch
 from .policies.opportunistic import random_idle
 from .policies.pipeline import place, place_one

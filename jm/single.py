@@ -11,7 +11,7 @@ here: jm.policies.pipeline runs the same ones for both paths.
 """
 from __future__ import annotations
 
-from apollo.cluster import NODE, RACK, REMOTE
+from apollo.core.cluster import NODE, RACK, REMOTE
 
 from .view import IN_FLIGHT_S
 

@@ -2,7 +2,7 @@
 
 Pure state machine, as a router (after Dask's worker state machine): a stimulus comes in
 (``handle``: a message or a timer; ``on_status``, ``on_view`` from the host), the parts that
-own the job's state move it through the one transition table (apollo.lifecycle) and append
+own the job's state move it through the one transition table (apollo.core.lifecycle) and append
 the effects (sends, timers, records) to ``out``, which goes back to the runtime; ``validate``
 checks the invariants between stimuli. The parts:
 
@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from apollo.effects import Log, Send, SetTimer, Timer
-from apollo.messages import (CancelJob, Holding, JobDemand, JobDone, KillTask, ReclaimTokens, StatusBatch, TaskReport,
+from apollo.core.effects import Log, Send, SetTimer, Timer
+from apollo.core.messages import (CancelJob, Holding, JobDemand, JobDone, KillTask, ReclaimTokens, StatusBatch, TaskReport,
                              TaskSpec, TokenGrant, YieldJob)
-from apollo.spec import JobSpec
+from apollo.core.spec import JobSpec
 
 from .adoption import Adoption
 from .attempts import NEWS, WON, Attempts

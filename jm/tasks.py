@@ -3,7 +3,7 @@ ready lists, and what the job's attempts hold (tokens, opportunistic allowance).
 
 One row per task, one numpy column per field (a JM of a cluster-sized job keeps 100,000 rows
 and a status report touches a few of them). Every change of a task's state goes through the
-one transition table (apollo.lifecycle.step): ``move`` for one task, ``move_many`` for a
+one transition table (apollo.core.lifecycle.step): ``move`` for one task, ``move_many`` for a
 batch. The other parts of the JM (placement, attempts, adoption, the watchdog, the give-back)
 read and write these columns; the table itself decides nothing.
 """
@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from apollo.cluster import REMOTE
-from apollo.effects import Log
-from apollo.lifecycle import AttemptKind, TaskState, step
-from apollo.messages import TaskSpec
-from apollo.spec import JobSpec
+from apollo.core.cluster import REMOTE
+from apollo.core.effects import Log
+from apollo.core.lifecycle import AttemptKind, TaskState, step
+from apollo.core.messages import TaskSpec
+from apollo.core.spec import JobSpec
 
 from .config import JmConfig
 
@@ -200,7 +200,7 @@ class TaskTable:
 
     # ---- state changes ---------------------------------------------------------------
     def move(self, t: int, event: str) -> int:
-        """Task ``t``'s first attempt takes ``event`` (apollo.lifecycle; an illegal one raises)."""
+        """Task ``t``'s first attempt takes ``event`` (apollo.core.lifecycle; an illegal one raises)."""
         to = int(step(self.state.item(t), event))
         self.state[t] = to
         return to
@@ -309,7 +309,7 @@ class TaskTable:
     def record(self, st: Stage, t: int, attempt: int, server: int, loc: int, t_start: float,
                t_end: float, outcome: str, opp: bool, out: list, kind: int = 0,
                dispatch_t: float | None = None) -> None:
-        """An ended attempt, for the report (columns: apollo.report A_*)."""
+        """An ended attempt, for the report (columns: apollo.tools.report A_*)."""
         out.append(Log("attempt", (self.job_id, st.index, t - st.offset, attempt, server, loc,
                                    self.ready_t.item(t), self.dispatch_t.item(t) if dispatch_t is None else dispatch_t,
                                    t_start, float(t_end), outcome, opp, st.spec.cpu, st.reps is not None, kind)))

@@ -11,9 +11,9 @@ import struct
 
 import numpy as np
 
-from apollo.clocks import Offsets
-from apollo.messages import ClusterView
-from apollo.shapes import GRID, ShapeGrid
+from apollo.core.clocks import Offsets
+from apollo.core.messages import ClusterView
+from apollo.core.shapes import GRID, ShapeGrid
 
 IDLE_CHECK_S = 0.01     # has_idle re-scans the lightly loaded servers at most this often
 SMALL_BATCH = 8         # dispatches recorded one by one up to this many (record_dispatches)
@@ -56,7 +56,7 @@ class ViewCache:
         self._idle = np.zeros(0, dtype=np.int32)     # idle_servers' last finding, and when
         self._idle_checked_at = -np.inf
         self.version = 0                             # bumped by every change below (caches key on it)
-        # Other processes' clocks against this host's (apollo.clocks): every time kept here is
+        # Other processes' clocks against this host's (apollo.core.clocks): every time kept here is
         # on this host's clock, turned from the sender's on arrival.
         self.pn_clocks = Offsets(servers)
         self.rm_clock = Offsets(1)

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from apollo.effects import Send
-from apollo.messages import ProbeTask
+from apollo.core.effects import Send
+from apollo.core.messages import ProbeTask
 
 from .config import JmConfig
 from .tasks import DISPATCHED, RUNNING, TaskTable, pn_address

@@ -5,8 +5,8 @@ import bisect
 import itertools
 from dataclasses import dataclass
 
-from apollo.lifecycle import TaskState
-from apollo.messages import TaskSpec
+from apollo.core.lifecycle import TaskState
+from apollo.core.messages import TaskSpec
 
 from .config import NEVER_S, PnConfig
 from .queue import release_waits

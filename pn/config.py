@@ -4,10 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from apollo.cluster import IoModel
-from apollo.lifecycle import TaskState
-from apollo.shapes import GRID, ShapeGrid
-from apollo.stragglers import NONE as NO_STRAGGLERS, StragglerModel
+from apollo.core.cluster import IoModel
+from apollo.core.lifecycle import TaskState
+from apollo.core.shapes import GRID, ShapeGrid
+from apollo.core.stragglers import NONE as NO_STRAGGLERS, StragglerModel
 
 # How many ended attempts a PN remembers (between this many and twice as many): enough to answer
 # a probe or an adopting JM about an attempt that ended just before (its report may have been
@@ -37,7 +37,7 @@ MOVE_AFTER_S = 0.5
 class PnConfig:
     cores: float = 4.0
     mem_gb: float = 16.0
-    grid: ShapeGrid = GRID           # the shapes its wait-time matrix covers (apollo.shapes)
+    grid: ShapeGrid = GRID           # the shapes its wait-time matrix covers (apollo.core.shapes)
     heartbeat_s: float = 1.0         # soonest re-report after the queue changed
     liveness_s: float = 15.0         # report at least this often even when nothing changed
     # Status batches carry a reading planned now (True) or the last one planned, with its older
@@ -69,7 +69,7 @@ class PnConfig:
     advertise_opportunistic: bool = True
     opportunistic_room_s: float = 0.1
     rm: str = "rm"
-    # How much slower than modelled this server's attempts run (apollo.stragglers), and the I/O
+    # How much slower than modelled this server's attempts run (apollo.core.stragglers), and the I/O
     # model its synthetic tasks read their input at: together what their progress is.
     stragglers: StragglerModel = NO_STRAGGLERS
     io: IoModel = field(default_factory=IoModel)

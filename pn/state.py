@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from apollo.effects import Kill, Launch, Log, Send, SetTimer, Start, TaskExited, Timer
-from apollo.lifecycle import TaskState, step
-from apollo.messages import (DemoteTask, Dispatch, Heartbeat, Holding, KillTask, ProbeJob, ProbeTask, StatusBatch,
+from apollo.core.effects import Kill, Launch, Log, Send, SetTimer, Start, TaskExited, Timer
+from apollo.core.lifecycle import TaskState, step
+from apollo.core.messages import (DemoteTask, Dispatch, Heartbeat, Holding, KillTask, ProbeJob, ProbeTask, StatusBatch,
                              TaskReport, TaskSpec, UpgradeTask, YieldJob)
 
 from .attempt import Attempt, as_opportunistic, as_regular, idle_reading, weighted_pick

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 
-from apollo.effects import Log, Send
-from apollo.messages import JobDemand
+from apollo.core.effects import Log, Send
+from apollo.core.messages import JobDemand
 
 from .clones import CloneBudget, CloneConfig
 from .cluster_load import ClusterLoad

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from apollo.effects import Log, Persist, SetTimer
+from apollo.core.effects import Log, Persist, SetTimer
 
 from .admission import Admission
 from .cluster_load import ClusterLoad

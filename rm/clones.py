@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from apollo.spec import JobSpec
-from apollo.stragglers import clones_needed
+from apollo.core.spec import JobSpec
+from apollo.core.stragglers import clones_needed
 
 
 @dataclass(slots=True)

@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from apollo.clocks import RESET_S, Offsets
-from apollo.messages import ClusterView, Heartbeat
+from apollo.core.clocks import RESET_S, Offsets
+from apollo.core.messages import ClusterView, Heartbeat
 
 
 class ClusterLoad:
@@ -44,7 +44,7 @@ class ClusterLoad:
         """Fold in a heartbeat of a known server; whether that server came (back) to life (the
         capacity grew)."""
         s = hb.server
-        # (its clock is its own: its times are turned into ours, apollo.clocks)
+        # (its clock is its own: its times are turned into ours, apollo.core.clocks)
         booted = hb.boot_time != self._pn_boot[s]
         if not booted and hb.time < self._pn_time[s]:
             return False  # reordered: an older reading

@@ -3,7 +3,7 @@ turned into ReclaimTokens, each asked once, none asked again before the last one
 heard, and called off when no longer owed."""
 from __future__ import annotations
 
-from apollo.effects import Log
+from apollo.core.effects import Log
 
 from .cluster_load import ClusterLoad
 from .jobs import JobEntry

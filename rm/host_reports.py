@@ -3,8 +3,8 @@ re-send what the host missed (a token message, a StartJob), learn its jobs' dema
 progress, and tell it to drop jobs that are not its own (any more)."""
 from __future__ import annotations
 
-from apollo.effects import Persist, Send
-from apollo.messages import HostReport, ReleaseJob
+from apollo.core.effects import Persist, Send
+from apollo.core.messages import HostReport, ReleaseJob
 
 from .admission import Admission
 from .jm_homes import JmHomes

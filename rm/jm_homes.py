@@ -8,7 +8,7 @@ before).
 """
 from __future__ import annotations
 
-from apollo.effects import Log, Persist
+from apollo.core.effects import Log, Persist
 
 from .jobs import JobEntry
 from .token_messages import TokenMessages

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from apollo.spec import JobSpec
+from apollo.core.spec import JobSpec
 
 from .sharing import JobView
 

@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from apollo.effects import Log, Persist, Send, SetTimer, Start, Timer
-from apollo.messages import CancelJob, Heartbeat, HostReport, JobAccepted, JobDemand, JobDone, SubmitJob
-from apollo.spec import JobSpec
+from apollo.core.effects import Log, Persist, Send, SetTimer, Start, Timer
+from apollo.core.messages import CancelJob, Heartbeat, HostReport, JobAccepted, JobDemand, JobDone, SubmitJob
+from apollo.core.spec import JobSpec
 
 from .admission import ROUND_NOW, ROUND_SOON, Admission
 from .allocation_round import AllocationRound

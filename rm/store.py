@@ -14,9 +14,9 @@ from typing import Iterator
 
 import msgpack
 
-from apollo.effects import Persist
-from apollo.messages import JOB
-from apollo.spec import JobSpec
+from apollo.core.effects import Persist
+from apollo.core.messages import JOB
+from apollo.core.spec import JobSpec
 
 
 @dataclass(frozen=True)

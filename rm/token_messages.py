@@ -4,8 +4,8 @@ numbers above its earlier incarnations) and the last one kept per job, to be re-
 whose host reports an older seq."""
 from __future__ import annotations
 
-from apollo.effects import Send
-from apollo.messages import ReclaimTokens, StartJob, TokenGrant
+from apollo.core.effects import Send
+from apollo.core.messages import ReclaimTokens, StartJob, TokenGrant
 
 from .jobs import JobEntry
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from apollo.messages import TaskSpec
+from apollo.core.messages import TaskSpec
 
 
 def task(job=1, t=0, attempt=1, cpu=1.0, mem=2.0, est=10.0, dur=10.0, opp=False, in_bytes=0.0, loc=2):
@@ -107,7 +107,7 @@ class Record(NamedTuple):
 def records(folder: Path, *kinds: str) -> list[Record]:
     """Every record of ``kinds`` (all kinds if none) in a cluster's ``events-*.jsonl``, file by
     file in name order, each file in its order. Attempts and job outcomes as the tools read them:
-    ``apollo.replay.read_events``."""
+    ``apollo.tools.replay.read_events``."""
     out = []
     for f in sorted(Path(folder).glob("events-*.jsonl")):
         for line in f.read_text().splitlines():

@@ -4,11 +4,11 @@ start, finish, fail, crash and get killed in."""
 import numpy as np
 from hypothesis import given, settings, strategies as hs
 
-from apollo.cluster import Topology
-from apollo.effects import Log, Send, SetTimer, Timer
-from apollo.lifecycle import AttemptKind, TaskState
-from apollo.messages import Dispatch, KillTask, ProbeTask, StatusBatch, TaskReport
-from apollo.spec import JobSpec, StageSpec
+from apollo.core.cluster import Topology
+from apollo.core.effects import Log, Send, SetTimer, Timer
+from apollo.core.lifecycle import AttemptKind, TaskState
+from apollo.core.messages import Dispatch, KillTask, ProbeTask, StatusBatch, TaskReport
+from apollo.core.spec import JobSpec, StageSpec
 from jm.state import JmConfig, JmState
 from jm.view import ViewCache
 

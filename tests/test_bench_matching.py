@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from bench import matching as bm
-from jm.matching import is_stable, stable_match
+from apollo.bench import matching as bm
+from jm.stable_matching import is_stable, stable_match
 
 
 def brute_force_sum(wait: np.ndarray, runtime: np.ndarray) -> float:

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from bench import shortjob
+from apollo.bench import shortjob
 
 pytestmark = pytest.mark.slow            # each a whole scenario simulated at live cadences
 

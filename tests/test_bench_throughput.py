@@ -8,15 +8,15 @@ import sys
 import numpy as np
 import pytest
 
-from apollo.cli import main as cli_main
-from apollo.cluster import IoModel, Topology
-from apollo.effects import Launch, Send, SetTimer, TaskExited, Timer
-from apollo.lifecycle import TaskState
-from apollo.livecluster import ClusterError, up
-from apollo.messages import Dispatch, StatusBatch, TaskReport, UpgradeTask
-from apollo.spec import JobSpec, StageSpec
-from bench import throughput as tp
-from jm.matching import stable_match
+from apollo.tools.cli import main as cli_main
+from apollo.core.cluster import IoModel, Topology
+from apollo.core.effects import Launch, Send, SetTimer, TaskExited, Timer
+from apollo.core.lifecycle import TaskState
+from apollo.tools.livecluster import ClusterError, up
+from apollo.core.messages import Dispatch, StatusBatch, TaskReport, UpgradeTask
+from apollo.core.spec import JobSpec, StageSpec
+from apollo.bench import throughput as tp
+from jm.stable_matching import stable_match
 from jm.config import DispatchConfig
 from jm.state import JmConfig, JmState
 from jm.view import ViewCache
@@ -50,7 +50,7 @@ def test_tiny_bench_through_the_cli_writes_sane_numbers(tmp_path):
 @pytest.mark.live
 @pytest.mark.slow
 def test_a_cluster_that_fails_to_start_is_retried_once_and_counted(tmp_path, monkeypatch, capsys):
-    from apollo import livecluster
+    from apollo.tools import livecluster
     real_up, calls = livecluster.up, []
 
     def flaky_up(folder, **kw):
@@ -93,7 +93,7 @@ def test_cluster_io_model_is_checked_and_recorded(tmp_path):
     with pytest.raises(ClusterError, match="unknown I/O model field"):
         up(tmp_path, pns=1, racks=1, procs=1, io={"init_seconds": 0.0})
     assert not (tmp_path / "cluster.json").exists() and not (tmp_path / "secret").exists()
-    from apollo.node import io_model
+    from apollo.tools.process import io_model
     assert io_model({"io": {"init_s": 0.0}}) == IoModel(init_s=0.0)
     assert io_model({}) == IoModel()
 
@@ -206,7 +206,7 @@ def test_weighted_pick_draws_as_numpy_choice():
 # ---------------------------------------------------------------------------- live runtime pieces
 
 def test_event_file_buffers_within_an_iteration_and_flushes(tmp_path):
-    from apollo.node import EventFile
+    from apollo.tools.process import EventFile
     f = EventFile(tmp_path / "ev.jsonl")
 
     async def go():
@@ -239,7 +239,7 @@ class _Exits:
 
 
 async def test_runtime_hands_batching_actors_their_exits_together_and_drops_killed_ones(tmp_path):
-    from apollo.effects import Kill
+    from apollo.core.effects import Kill
     from apollo.runtime.live import LiveRuntime
     rt = LiveRuntime(b"secret", seed=1, workdir=tmp_path, io=IoModel(init_s=0.0))
     batching, single = _Exits(True), _Exits(False)
@@ -265,8 +265,8 @@ async def test_runtime_hands_batching_actors_their_exits_together_and_drops_kill
 
 
 async def test_client_waits_have_their_own_futures(tmp_path):
-    from apollo.client import Client
-    from apollo.messages import JobDone
+    from apollo.tools.client import Client
+    from apollo.core.messages import JobDone
     (tmp_path / "cluster.json").write_text(json.dumps({"rm": "127.0.0.1:1", "processes": []}))
     (tmp_path / "secret").write_text("s")
     c = Client(tmp_path)

@@ -1,11 +1,11 @@
-"""Errors a user of the CLI and of apollo.client.Client can act on: one clear line, no traceback.
+"""Errors a user of the CLI and of apollo.tools.client.Client can act on: one clear line, no traceback.
 
 - no cluster in the folder: every cluster command says so and how to start one;
 - a wrong secret: refused at once ("refused our secret (check DIR/secret)"), not after a timeout;
 - the RM unreachable (cluster.json there, the RM dead): a retry note on stderr, then exit code 1
   after --timeout.
 
-The CLI runs as a subprocess (`python -m apollo.cli ...`), as a user runs it.
+The CLI runs as a subprocess (`python -m apollo.tools.cli ...`), as a user runs it.
 """
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from apollo.client import Client
-from apollo.livecluster import ClusterError, read_info
+from apollo.tools.client import Client
+from apollo.tools.livecluster import ClusterError, read_info
 from apollo.runtime.live import run
-from apollo.spec import JobSpec, StageSpec
+from apollo.core.spec import JobSpec, StageSpec
 from helpers import wait_until
 from test_live_cluster import _gone, job_state
 
@@ -34,7 +34,7 @@ CLUSTER_COMMANDS = [
 
 def apollo(*args: str, timeout: float = 30) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "apollo.cli", *args], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "apollo.tools.cli", *args], capture_output=True, text=True,
                        timeout=timeout)
     return r, time.monotonic() - t0
 
@@ -181,5 +181,5 @@ def test_an_unreachable_rm_is_retried_visibly_then_given_up_with_exit_code_1(clu
 
 
 def test_submit_timeout_defaults_to_30_s():
-    from apollo.cli import build_parser
+    from apollo.tools.cli import build_parser
     assert build_parser().parse_args(["submit", "x.toml"]).timeout == 30.0

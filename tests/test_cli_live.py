@@ -8,7 +8,7 @@ pytestmark = pytest.mark.live
 
 
 def apollo(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "apollo.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "apollo.tools.cli", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -3,14 +3,14 @@ simulations (every actor's validate() after every event)."""
 import numpy as np
 import pytest
 
-from apollo.chaos import check_seed
-from apollo.effects import Send, Start
-from apollo.lifecycle import TaskState
-from apollo.messages import (Dispatch, Holding, HostReport, JobAccepted, JobDone, ProbeJob, ProbeTask, ReleaseJob,
+from apollo.tools.chaos import check_seed
+from apollo.core.effects import Send, Start
+from apollo.core.lifecycle import TaskState
+from apollo.core.messages import (Dispatch, Holding, HostReport, JobAccepted, JobDone, ProbeJob, ProbeTask, ReleaseJob,
                              StartJob, SubmitJob, TaskSpec, TokenGrant)
 from apollo.runtime.sim import NetModel
-from apollo.simulate import SimConfig, run_simulation
-from apollo.spec import JobSpec, StageSpec
+from apollo.tools.simulate import SimConfig, run_simulation
+from apollo.core.spec import JobSpec, StageSpec
 from apollo.workloads import load_workload
 from pn.state import PnConfig, PnState
 from rm.state import RmConfig, RmState
@@ -81,7 +81,7 @@ def test_a_silent_host_is_dead_and_its_jobs_move_with_their_progress():
                         np.array([0]), [done]), 1.0, Rng())
     for t in range(2, 8):
         r.handle(HostReport(other, none, none, none, none, none, []), float(t), Rng())
-    from apollo.effects import Timer
+    from apollo.core.effects import Timer
     out = r.handle(Timer("tick"), 7.5, Rng())
     (start,) = sends(out, StartJob)
     assert start.to == other and start.msg.generation == 1 and start.msg.done == done
@@ -105,7 +105,7 @@ def test_a_pn_runs_an_attempt_sent_again_in_another_dispatch_once():
     pn.handle(Start(), 0.0, Rng())
     pn.handle(Dispatch(1, [task(0), task(1)], "jmhost:1"), 0.0, Rng())
     out = pn.handle(Dispatch(1, [task(2), task(1)], "jmhost:1"), 0.1, Rng())   # (2 first: not a duplicate message)
-    from apollo.effects import Launch
+    from apollo.core.effects import Launch
     assert [e.task.task for e in out if isinstance(e, Launch)] == [2]
     assert sorted(k[1] for k in pn.running) == [0, 1, 2]
     pn.validate()
@@ -138,7 +138,7 @@ def test_a_pn_drops_a_duplicated_dispatch_and_remembers_how_an_attempt_ended():
     pn.handle(Dispatch(1, [task()], "jmhost:1"), 0.0, Rng())
     pn.handle(Dispatch(1, [task()], "jmhost:1"), 0.0, Rng())
     assert len(pn.running) == 1
-    from apollo.effects import TaskExited
+    from apollo.core.effects import TaskExited
     out = pn.handle(TaskExited((1, 0, 1), True, 0, ""), 5.0, Rng())
     assert [e.to for e in out if isinstance(e, Send) and e.to.startswith("jm")] == ["jmhost:1"]
     # the report is lost; the JM probes: the PN says it ended, not "unknown attempt"
@@ -175,8 +175,8 @@ def test_chaos_seed(seed):
 
 
 def test_an_adopting_jm_takes_a_pn_s_attempts_once_even_if_the_answer_comes_twice():
-    from apollo.cluster import Topology
-    from apollo.messages import KillTask, TaskReport
+    from apollo.core.cluster import Topology
+    from apollo.core.messages import KillTask, TaskReport
     from jm.host import JmHost
     from jm.state import JmConfig
     host = JmHost(JmConfig(topology=Topology(4, 2, 4.0, 16.0), host="jmhost:1"))
@@ -188,7 +188,7 @@ def test_an_adopting_jm_takes_a_pn_s_attempts_once_even_if_the_answer_comes_twic
     assert not sends(first + again, KillTask)
     jm = host.jms[1]
     assert jm.tasks.state[0] == int(TaskState.RUNNING) and jm.tasks.attempt[0] == 1 and jm.tasks.used_tokens == 1.0
-    from apollo.effects import Timer
+    from apollo.core.effects import Timer
     out = host.handle(Timer((1, "adopted")), 1.3, Rng())
     sent = [t.task for d in sends(out, Dispatch) for t in d.msg.tasks]
     assert sorted(sent) == [1, 2, 3] and all(t.attempt > 1 << 16 for d in sends(out, Dispatch) for t in d.msg.tasks)

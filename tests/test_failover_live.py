@@ -1,5 +1,5 @@
 """Live failover on loopback: a JM host killed mid-job, the RM killed while jobs are submitted,
-a killed JM host restarted. Real processes (`apollo.livecluster.up`), kill -9.
+a killed JM host restarted. Real processes (`apollo.tools.livecluster.up`), kill -9.
 
 Run with ``-s`` to see the adopted vs re-run counts of the JM host test.
 """
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from apollo.client import Client, EventTail
-from apollo.livecluster import read_info, restart_process
-from apollo.records import A_ATTEMPT, A_JOB, A_OUTCOME, A_TASK
+from apollo.tools.client import Client, EventTail
+from apollo.tools.livecluster import read_info, restart_process
+from apollo.core.records import A_ATTEMPT, A_JOB, A_OUTCOME, A_TASK
 from apollo.runtime.live import run
 from helpers import await_until, records, wait_until
 from test_live_cluster import _gone, job_state, pids_of, synthetic

@@ -18,10 +18,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from apollo import Client
-from apollo.livecluster import down, up
-from apollo.messages import Heartbeat
+from apollo.tools.livecluster import down, up
+from apollo.core.messages import Heartbeat
 from apollo.runtime.live import run
-from apollo.spec import JobSpec, StageSpec
+from apollo.core.spec import JobSpec, StageSpec
 from rm.http import start_http
 from rm.state import RmConfig, RmState
 
@@ -79,7 +79,7 @@ async def test_heartbeats_and_records_reach_the_metrics_and_a_token_is_asked_off
     rm = RmState(RmConfig(4, 12, 2.0, 8.0))
     folder = _folder(tmp_path, f"0.0.0.0:{unused_tcp_port}")
     # records as the actors write them: a job submitted and admitted, two attempts (node-local; no input)
-    A = lambda *a: ["attempt", 3.0, list(a)]      # noqa: E731  columns: apollo.report A_*
+    A = lambda *a: ["attempt", 3.0, list(a)]      # noqa: E731  columns: apollo.tools.report A_*
     lines = [["job_submitted", 1.0, [7, 1.0, 2, "root", "ann"]], ["job_admitted", 1.5, [7, 1.5, "root"]],
              A(7, 0, 0, 1, 2, 0, 1.5, 1.6, 2.0, 3.0, "done", False, 1.0, True),
              A(7, 0, 1, 1, 3, 2, 1.5, 1.5, 1.75, 3.0, "done", False, 1.0, False),

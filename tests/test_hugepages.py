@@ -5,7 +5,7 @@ import json
 
 import apollo.runtime.sim as sim
 from apollo.runtime.hugepages import HeapPager
-from apollo.simulate import SimConfig, run_simulation
+from apollo.tools.simulate import SimConfig, run_simulation
 from apollo.workloads import load_workload
 
 
@@ -52,9 +52,9 @@ def test_busy_memory_is_tried_again_later():
 def test_results_are_the_same_with_and_without_it(monkeypatch):
     w = load_workload("scale:servers=60,seconds=3", seed=4)
     cfg = SimConfig(servers=60, racks=3, seed=4, fail_prob=0.02, crashes=[(1.0, 5, 1.0)])
-    monkeypatch.setattr(sim, "HUGEPAGES_MIN_NODES", 10 ** 9)
+    monkeypatch.setattr(sim, "HUGEPAGES_MIN_ACTORS", 10 ** 9)
     off = run_simulation(w, cfg)
-    monkeypatch.setattr(sim, "HUGEPAGES_MIN_NODES", 1)
+    monkeypatch.setattr(sim, "HUGEPAGES_MIN_ACTORS", 1)
     monkeypatch.setattr(sim, "HUGEPAGES_EVERY", 100)     # many passes within the run
     passes = []
     real = HeapPager.collapse

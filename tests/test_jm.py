@@ -4,11 +4,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from apollo.cluster import NODE, RACK, REMOTE, IoModel, Topology
-from apollo.effects import Log, Send, SetTimer
-from apollo.lifecycle import TaskState
-from apollo.messages import CancelJob, ClusterView, Dispatch, JobDone, KillTask, StartJob, StatusBatch, TaskReport, TokenGrant
-from apollo.spec import JobSpec, StageSpec
+from apollo.core.cluster import NODE, RACK, REMOTE, IoModel, Topology
+from apollo.core.effects import Log, Send, SetTimer
+from apollo.core.lifecycle import TaskState
+from apollo.core.messages import CancelJob, ClusterView, Dispatch, JobDone, KillTask, StartJob, StatusBatch, TaskReport, TokenGrant
+from apollo.core.spec import JobSpec, StageSpec
 from jm import estimate as est
 from jm.candidates import candidate_rows
 from jm.host import JmHost
@@ -273,7 +273,7 @@ def test_apollo_names_the_idle_server_instead_of_holding_the_task_for_it():
 
 
 def test_an_attempt_not_heard_of_is_probed_and_placed_again_if_its_server_lost_it():
-    from apollo.messages import ProbeTask
+    from apollo.core.messages import ProbeTask
     from pn.state import PnConfig, PnState
     spec = JobSpec("m", [StageSpec("map", 1, np.full(1, 2.0))])
     j, out = jm(spec, policy="greedy")
@@ -293,8 +293,8 @@ def test_an_attempt_not_heard_of_is_probed_and_placed_again_if_its_server_lost_i
 
 
 def test_a_probed_attempt_that_is_running_stays():
-    from apollo.effects import Start
-    from apollo.messages import ProbeTask
+    from apollo.core.effects import Start
+    from apollo.core.messages import ProbeTask
     from pn.state import PnConfig, PnState
     spec = JobSpec("m", [StageSpec("map", 1, np.full(1, 2.0))])
     j, out = jm(spec, policy="greedy")

@@ -1,7 +1,7 @@
 import pytest
 
-from apollo.jobfile import load_job_file
-from apollo.spec import SpecError
+from apollo.tools.jobfile import load_job_file
+from apollo.core.spec import SpecError
 
 GOOD = '''
 name = "example"

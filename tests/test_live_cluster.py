@@ -23,13 +23,13 @@ import numpy as np
 import pytest
 
 from apollo import Client
-from apollo.livecluster import down, read_info, restart_process, status, up
-from apollo.messages import PROTOCOL_VERSION
-from apollo.replay import read_events, replay
-from apollo.records import A_JOB, A_OUTCOME, A_SERVER, A_STAGE, A_TASK
+from apollo.tools.livecluster import down, read_info, restart_process, status, up
+from apollo.core.messages import PROTOCOL_VERSION
+from apollo.tools.replay import read_events, replay
+from apollo.core.records import A_JOB, A_OUTCOME, A_SERVER, A_STAGE, A_TASK
 from apollo.runtime.live import run
-from apollo.simulate import SimConfig, build, run_simulation
-from apollo.spec import JobSpec, StageSpec
+from apollo.tools.simulate import SimConfig, build, run_simulation
+from apollo.core.spec import JobSpec, StageSpec
 from apollo.workloads import load_workload
 from helpers import await_until, wait_until
 
@@ -90,7 +90,7 @@ def job_state(folder: Path, job_id: int) -> str | None:
 
 
 def log_text(folder: Path, role: str, index: int) -> str:
-    from apollo.livecluster import process_name
+    from apollo.tools.livecluster import process_name
     name = process_name(role, index)
     try:
         return (folder / f"{name}.log").read_text()

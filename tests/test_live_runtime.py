@@ -6,13 +6,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from apollo.cluster import REMOTE, IoModel, Topology
-from apollo.effects import CancelTimer, Kill, Launch, Log, Persist, Send, SetTimer, Spawn, Start, TaskExited
-from apollo.messages import JobAccepted, JobDemand, JobDone, SubmitJob, TaskSpec
-from apollo.records import Recorder
+from apollo.core.cluster import REMOTE, IoModel, Topology
+from apollo.core.effects import CancelTimer, Kill, Launch, Log, Persist, Send, SetTimer, Spawn, Start, TaskExited
+from apollo.core.messages import JobAccepted, JobDemand, JobDone, SubmitJob, TaskSpec
+from apollo.core.records import Recorder
 from apollo.runtime.executor import Executor
 from apollo.runtime.live import LiveRuntime, run
-from apollo.spec import JobSpec, StageSpec
+from apollo.core.spec import JobSpec, StageSpec
 from jm.host import JmHost
 from jm.config import DispatchConfig
 from jm.state import JmConfig
@@ -43,7 +43,7 @@ class Client:
 
 
 def cluster_actors():
-    """The actors and configs of apollo.simulate.build(), at test speed."""
+    """The actors and configs of apollo.tools.simulate.build(), at test speed."""
     topo = Topology(SERVERS, RACKS, 4.0, 16.0)
     pncfg = PnConfig(cores=4.0, mem_gb=16.0, heartbeat_s=0.1, liveness_s=0.3)
     shapes = pncfg.grid.size
@@ -135,13 +135,13 @@ async def test_end_to_end_across_runtimes_over_tcp(tmp_path):
         check_job(client, rec_a, tmp_path / "b")
         assert b.local_messages == 0 and c.local_messages == 0   # everything they sent went over TCP
         # JobAccepted, then JobDone twice: the JM host's own and the RM's copy (with its next tick)
-        await await_until(lambda: c.node.frames_in >= 3, timeout=3, what="the RM's copy of JobDone")
-        assert a.node.frames_in > 0 and b.node.frames_in > 0 and c.node.frames_in == 3
-        assert b.node.frames_out > b.node.writes                   # batched
-        assert sorted(p[1] for p in a.node.peers()) == ["", b.address]   # one connection per pair
-        assert [p[1] for p in b.node.peers()] == [a.address]
+        await await_until(lambda: c.endpoint.frames_in >= 3, timeout=3, what="the RM's copy of JobDone")
+        assert a.endpoint.frames_in > 0 and b.endpoint.frames_in > 0 and c.endpoint.frames_in == 3
+        assert b.endpoint.frames_out > b.endpoint.writes                   # batched
+        assert sorted(p[1] for p in a.endpoint.peers()) == ["", b.address]   # one connection per pair
+        assert [p[1] for p in b.endpoint.peers()] == [a.address]
         assert a.errors == b.errors == c.errors == 0
-        assert a.node.bad_frames == b.node.bad_frames == 0
+        assert a.endpoint.bad_frames == b.endpoint.bad_frames == 0
     finally:
         await c.stop()
         await b.stop()
@@ -283,7 +283,7 @@ async def test_spawn_and_log_effects(tmp_path):
         await await_until(lambda: child.seen)
         assert type(child.seen[0][0]) is Start
         assert ("hello", (1, 2)) in logged
-        assert "child:1" in rt.node.hosted
+        assert "child:1" in rt.endpoint.hosted
     finally:
         await rt.stop()
 

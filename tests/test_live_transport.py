@@ -11,9 +11,9 @@ import time
 import msgpack
 import pytest
 
-from apollo.messages import PROTOCOL_VERSION, JobDemand, encode
+from apollo.core.messages import PROTOCOL_VERSION, JobDemand, encode
 from apollo.runtime.live import run
-from apollo.runtime.transport import MAX_FRAME, Node
+from apollo.runtime.transport import MAX_FRAME, Endpoint
 from helpers import await_holds_for, await_until
 
 pytestmark = pytest.mark.live
@@ -31,7 +31,7 @@ class Inbox:
 
 
 async def node(hosted, secret=SECRET, on_message=None, **kw):
-    n = Node(secret, list(hosted), on_message or Inbox(), **kw)
+    n = Endpoint(secret, list(hosted), on_message or Inbox(), **kw)
     await n.start()
     assert n.address.startswith(LOOPBACK + ":") or kw.get("listen_port", 0) is None
     return n
@@ -43,7 +43,7 @@ def frame(obj) -> bytes:
 
 
 class Raw:
-    """A hand-driven peer, for sending what a well-behaved Node never would."""
+    """A hand-driven peer, for sending what a well-behaved Endpoint never would."""
 
     def __init__(self, reader, writer, secret=SECRET):
         self.reader, self.writer, self.secret = reader, writer, secret

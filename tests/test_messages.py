@@ -6,10 +6,10 @@ import pytest
 
 from pathlib import Path
 
-from apollo import messages as M
-from apollo.messages import (REGISTRY, ClusterView, DemoteTask, Dispatch, Heartbeat, SubmitJob, WireError, YieldJob, decode,
+from apollo.core import messages as M
+from apollo.core.messages import (REGISTRY, ClusterView, DemoteTask, Dispatch, Heartbeat, SubmitJob, WireError, YieldJob, decode,
                              encode, pack, unpack)
-from apollo.spec import JobSpec, StageSpec
+from apollo.core.spec import JobSpec, StageSpec
 
 from helpers import task
 

@@ -1,4 +1,4 @@
-"""apollo.native: the compiled kernel and PN load only for the sources they were built from, and
+"""apollo.tools.native: the compiled kernel and PN load only for the sources they were built from, and
 compute what the interpreted modules compute."""
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from apollo import native
+from apollo.tools import native
 
 ROOT = native.ROOT
 
 
 def _copy_sources(dest: Path) -> None:
-    for m in native.MODULES + native.DEPENDS + ("apollo.cli",):
+    for m in native.MODULES + native.DEPENDS + ("apollo.tools.cli",):
         src = native._source(m)
         out = dest / src.relative_to(ROOT)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -30,9 +30,9 @@ def test_a_build_is_named_after_the_sources_it_is_compiled_from_and_against(tmp_
     _copy_sources(tmp_path)
     key = native.build_key(tmp_path)
     assert key == native.build_key(tmp_path)
-    native._source("apollo.cli", tmp_path).write_text("# not compiled, not imported by what is\n")
+    native._source("apollo.tools.cli", tmp_path).write_text("# not compiled, not imported by what is\n")
     assert native.build_key(tmp_path) == key
-    for m in ("pn.state", "apollo.messages"):        # compiled; imported by what is
+    for m in ("pn.state", "apollo.core.messages"):        # compiled; imported by what is
         p = native._source(m, tmp_path)
         text = p.read_text()
         p.write_text(text + "\n# edited\n")
@@ -99,25 +99,41 @@ def test_a_reused_build_is_marked_used_and_prunes_the_rest(tmp_path, monkeypatch
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([current.name, others[-1].name])
 
 
+def _project_imports(m: str) -> set[str]:
+    """The project modules ``m`` imports (anywhere in it: a function's import too)."""
+    path = native._source(m)
+    package = m if path.name == "__init__.py" else m.rsplit(".", 1)[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:               # relative: from the module's own package
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            # (from PACKAGE import module: the names may be modules)
+            found = [base] + [f"{base}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            found = [a.name for a in node.names]
+        else:
+            continue
+        out |= {n for n in found if n.split(".")[0] in native.PACKAGES and n not in native.PACKAGES
+                and (native._source(n).exists())}
+    return out
+
+
 def test_every_project_module_the_compiled_ones_import_is_part_of_the_key():
+    """Followed through the actors' packages (jm, pn, rm): a policy module the JM's state imports
+    through jm.policies is compiled against as much as the state itself."""
     named = set(native.MODULES + native.DEPENDS)
-    for m in native.MODULES:
-        tree = ast.parse(native._source(m).read_text())
-        package = m.rsplit(".", 1)[0]
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:               # relative: from the module's own package
-                    base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + [base]).strip(".")
-                # (from PACKAGE import module: the names are modules)
-                found = [f"{base}.{a.name}" for a in node.names] if base in native.PACKAGES else [base]
-            elif isinstance(node, ast.Import):
-                found = [a.name for a in node.names]
-            else:
-                continue
-            for name in found:
-                if name.split(".")[0] in native.PACKAGES and name not in native.PACKAGES:
-                    assert name in named, f"{m} imports {name}, which the build key does not cover"
+    seen, todo = set(native.MODULES), list(native.MODULES)
+    while todo:
+        m = todo.pop()
+        for name in _project_imports(m):
+            if m in native.MODULES or name.split(".")[0] in ("jm", "pn", "rm"):
+                assert name in named, f"{m} imports {name}, which the build key does not cover"
+            if name.split(".")[0] in ("jm", "pn", "rm") and name not in seen:
+                seen.add(name)
+                todo.append(name)
 
 
 def _run(code: str, env: dict) -> subprocess.CompletedProcess:
@@ -128,7 +144,7 @@ def _run(code: str, env: dict) -> subprocess.CompletedProcess:
 @pytest.mark.live
 def test_asking_for_a_build_that_does_not_exist_runs_the_python_and_says_why(tmp_path):
     env = dict(os.environ, APOLLO_NATIVE="1", APOLLO_NATIVE_CACHE=str(tmp_path))
-    r = _run("import apollo.runtime.sim as s; from apollo import native; print(native.loaded(), s.__file__)", env)
+    r = _run("import apollo.runtime.sim as s; from apollo.tools import native; print(native.loaded(), s.__file__)", env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[0] == "False" and r.stdout.split()[1].endswith(".py")
     assert "no build of these sources" in r.stderr
@@ -136,9 +152,9 @@ def test_asking_for_a_build_that_does_not_exist_runs_the_python_and_says_why(tmp
 
 SIMULATE = """
 import json
-from apollo import native
-from apollo.simulate import SimConfig, run_simulation
-from apollo.stragglers import DOLLY
+from apollo.tools import native
+from apollo.tools.simulate import SimConfig, run_simulation
+from apollo.core.stragglers import DOLLY
 from apollo.workloads import load_workload
 w = load_workload("heavytail", seed=4)
 w.jobs = w.jobs[:120]
@@ -155,7 +171,7 @@ print(json.dumps({"native": native.loaded(), "report": r}, sort_keys=True, defau
 def test_the_compiled_modules_give_the_same_report(tmp_path):
     env = dict(os.environ, APOLLO_NATIVE_CACHE=str(tmp_path))
     env.pop("APOLLO_NATIVE", None)
-    b = _run("from apollo import native; print(native.build())", env)
+    b = _run("from apollo.tools import native; print(native.build())", env)
     assert b.returncode == 0, b.stderr
     plain = _run(SIMULATE, env)
     compiled = _run(SIMULATE, dict(env, APOLLO_NATIVE="1"))

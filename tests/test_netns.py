@@ -69,7 +69,7 @@ class Namespaces:
 
 
 def apollo(ns: str, *args, **kw):
-    return subprocess.Popen([IP, "netns", "exec", ns, sys.executable, "-m", "apollo.cli", *map(str, args)],
+    return subprocess.Popen([IP, "netns", "exec", ns, sys.executable, "-m", "apollo.tools.cli", *map(str, args)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
@@ -107,7 +107,7 @@ def test_pns_on_other_hosts_join_survive_a_partition_and_rejoin(tmp_path):
         finally:
             for j in joins:
                 j.kill()
-            subprocess.run([IP, "netns", "exec", a, sys.executable, "-m", "apollo.cli", "cluster", "down",
+            subprocess.run([IP, "netns", "exec", a, sys.executable, "-m", "apollo.tools.cli", "cluster", "down",
                             "--cluster", str(folder)], capture_output=True, timeout=60)
     j, t = report["jobs"], report["tasks"]
     print(f"\n150-job replay over 3 namespaces, one cut off until seen dead: jobs {j}, tasks {t}")

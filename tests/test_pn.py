@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from apollo.effects import Kill, Launch, Send, SetTimer, Start, TaskExited, Timer
-from apollo.lifecycle import TaskState
-from apollo.messages import Dispatch, Heartbeat, KillTask, StatusBatch, YieldJob
-from apollo.shapes import ShapeGrid
+from apollo.core.effects import Kill, Launch, Send, SetTimer, Start, TaskExited, Timer
+from apollo.core.lifecycle import TaskState
+from apollo.core.messages import Dispatch, Heartbeat, KillTask, StatusBatch, YieldJob
+from apollo.core.shapes import ShapeGrid
 from pn.state import NEVER_S, PnConfig, PnState
 
 from helpers import Rng, task

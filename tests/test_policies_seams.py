@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 import jm.policies
-from apollo.cluster import IoModel, Topology
-from apollo.shapes import ShapeGrid
-from apollo.simulate import SimConfig, run_simulation
+from apollo.core.cluster import IoModel, Topology
+from apollo.core.shapes import ShapeGrid
+from apollo.tools.simulate import SimConfig, run_simulation
 from apollo.workloads import load_workload
 from jm import estimate as est
 from jm.policies import PROFILES, Profile
 from jm.policies.base import Filter, Gate, Matcher
-from jm.matching import UNMATCHED
+from jm.stable_matching import UNMATCHED
 from jm.policies.batch import Batch
 from jm.state import JmConfig
 from jm.view import ViewCache

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from jm.matching import UNMATCHED, greedy_match, is_stable, stable_match
+from jm.stable_matching import UNMATCHED, greedy_match, is_stable, stable_match
 from pn.queue import Profile, release_waits
 from pn.state import PnConfig, PnState
 from rm.sharing import water_fill
@@ -151,7 +151,7 @@ def test_seat_matching_is_stable_over_seats_and_fills_no_server_beyond_them(inst
     batch, each task at one of its candidates and in one seat; no task would rather have a
     seat held by a task that saves less there (stable over the seats' costs); and a task that
     takes a later seat pays at least what the seats before it cost it."""
-    from jm.matching import seat_costs, seat_match
+    from jm.stable_matching import seat_costs, seat_match
     cand, cost = inst
     rng = np.random.default_rng(seed)
     load = rng.exponential(size=len(cand))

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from bench import results
+from apollo.bench import results
 
 CAPACITY = {"scheduler": "apollo", "size": "live", "reclaim_timeout_s": 10.0, "guarantee_back_after_s": 10.05,
             "tasks_killed": 8, "tasks_killed_minimum": 8, "opportunistic_preempted": 11, "user_limit_held": True,

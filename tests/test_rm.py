@@ -1,9 +1,9 @@
 import numpy as np
 
-from apollo.effects import Persist, Send, SetTimer, Start, Timer
-from apollo.messages import (CancelJob, ClusterView, Heartbeat, JobAccepted, JobDemand, JobDone, ReclaimTokens,
+from apollo.core.effects import Persist, Send, SetTimer, Start, Timer
+from apollo.core.messages import (CancelJob, ClusterView, Heartbeat, JobAccepted, JobDemand, JobDone, ReclaimTokens,
                              StartJob, SubmitJob, TokenGrant)
-from apollo.spec import JobSpec, StageSpec
+from apollo.core.spec import JobSpec, StageSpec
 from rm.queues import QueueTree
 from rm.sharing import water_fill
 from rm.state import RmConfig, RmState, single_queue

@@ -3,10 +3,10 @@ cores free for them, and then only while queueing there behind each other beats 
 alternatives (jm/policies/matchers.py, _match_seats)."""
 import numpy as np
 
-from apollo.cluster import Topology
-from apollo.effects import Send
-from apollo.messages import Dispatch
-from apollo.spec import JobSpec, StageSpec
+from apollo.core.cluster import Topology
+from apollo.core.effects import Send
+from apollo.core.messages import Dispatch
+from apollo.core.spec import JobSpec, StageSpec
 from jm.state import JmConfig, JmState
 from jm.view import ViewCache
 

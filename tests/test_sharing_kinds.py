@@ -4,7 +4,7 @@ ones and running the plane with them."""
 import numpy as np
 import pytest
 
-from apollo.simulate import SimConfig, run_simulation
+from apollo.tools.simulate import SimConfig, run_simulation
 from apollo.workloads import load_workload
 from apollo.workloads.assign import assign
 from rm.queue_order import ORDERS, QueueOrder, split_in_queue

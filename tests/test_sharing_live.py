@@ -12,18 +12,18 @@ import numpy as np
 import pytest
 
 from apollo import Client
-from apollo.livecluster import down, up
-from apollo.replay import read_events
-from apollo.records import A_JOB, A_OPP, A_OUTCOME
+from apollo.tools.livecluster import down, up
+from apollo.tools.replay import read_events
+from apollo.core.records import A_JOB, A_OPP, A_OUTCOME
 from apollo.runtime.live import run
-from apollo.spec import JobSpec, StageSpec
+from apollo.core.spec import JobSpec, StageSpec
 from helpers import await_until, wait_until
 
 pytestmark = pytest.mark.live
 
 
 def apollo(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "apollo.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "apollo.tools.cli", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as hs
 
-from apollo.cluster import NODE, RACK, REMOTE, Topology
-from apollo.effects import Send, SetTimer, Timer
-from apollo.lifecycle import TaskState
-from apollo.messages import (DemoteTask, Dispatch, KillTask, ReclaimTokens, StatusBatch, TaskReport, TokenGrant,
+from apollo.core.cluster import NODE, RACK, REMOTE, Topology
+from apollo.core.effects import Send, SetTimer, Timer
+from apollo.core.lifecycle import TaskState
+from apollo.core.messages import (DemoteTask, Dispatch, KillTask, ReclaimTokens, StatusBatch, TaskReport, TokenGrant,
                              UpgradeTask, YieldJob)
-from apollo.simulate import SimConfig, run_simulation
-from apollo.spec import JobSpec, StageSpec
+from apollo.tools.simulate import SimConfig, run_simulation
+from apollo.core.spec import JobSpec, StageSpec
 from apollo.workloads import load_workload
 from apollo.workloads.assign import assign
 from jm.policies.delay import DelayScheduling, DelayState, allowed_level

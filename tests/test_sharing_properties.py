@@ -23,10 +23,10 @@ import os
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as hs
 
-from apollo.records import A_END, A_JOB, A_OUTCOME
-from apollo.simulate import SimConfig, build
-from apollo.spec import JobSpec, StageSpec, Workload
-from bench.sharing import like_live
+from apollo.core.records import A_END, A_JOB, A_OUTCOME
+from apollo.tools.simulate import SimConfig, build
+from apollo.core.spec import JobSpec, StageSpec, Workload
+from apollo.bench.sharing import like_live
 from helpers import examples
 from rm.queues import QueueTree
 
@@ -97,9 +97,9 @@ class Watch:
         self.max_a = 0.0
         self.over_since: float | None = None     # queue a above its max since then
         self.longest_over = 0.0
-        for addr, node in rt.nodes.items():
+        for addr, slot in rt.slots.items():
             if addr.startswith("pn:"):
-                node.handle = self._wrap(addr, node.handle, rt)
+                slot.handle = self._wrap(addr, slot.handle, rt)
 
     def _wrap(self, addr, handle, rt):
         def watched(actor, event, now, rng):

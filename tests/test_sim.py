@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from apollo.simulate import SimConfig, run_simulation
-from apollo.spec import JobSpec, StageSpec, Workload
+from apollo.tools.simulate import SimConfig, run_simulation
+from apollo.core.spec import JobSpec, StageSpec, Workload
 from apollo.workloads import load_workload
 from helpers import profiles
 
@@ -82,7 +82,7 @@ def test_real_trace_slice(traces):
 
 
 def test_batched_messages_arrive_together_in_order_and_die_with_a_crash():
-    from apollo.messages import KillTask
+    from apollo.core.messages import KillTask
     from apollo.runtime.sim import BATCH_WINDOW_S, NetModel, SimRuntime
 
     class Sink:
@@ -112,23 +112,23 @@ def test_rm_restart_recovers_admitted_jobs_from_its_store():
     """The RM keeps nothing durable itself: its Persist effects go to the node's store, which
     outlives a crash; the restarted RM is handed what it holds and re-admits the unfinished
     jobs (the JM host already runs them and keeps going), so every job still completes."""
-    from apollo.simulate import build
+    from apollo.tools.simulate import build
     from rm.state import RmState
     w = load_workload("dag:jobs=10,gap_s=1.0", seed=4)
     rt, rec, client, meta = build(SimConfig(servers=12, racks=2, seed=4), w)
-    rm = rt.nodes["rm"].actor
+    rm = rt.slots["rm"].actor
     rt.call_at(3.0, lambda: rt.crash("rm"))
     rt.call_at(3.5, lambda: rt.restart("rm", RmState(rm.cfg, rm.policy)))
     readmitted = []
-    rt.call_at(3.5, lambda: readmitted.append(sorted(rt.nodes["rm"].actor.jobs)))
+    rt.call_at(3.5, lambda: readmitted.append(sorted(rt.slots["rm"].actor.jobs)))
     rt.run()
     assert readmitted and readmitted[0], "no job was in flight at the crash: the test shows nothing"
     assert client.finished == 10 and all(d.ok for d in client.results.values())
     rt.stopped = False                  # the client may have heard before the RM: let it hear too
     rt.run(until=rt.now + 1.0)
-    new_rm = rt.nodes["rm"].actor
+    new_rm = rt.slots["rm"].actor
     assert new_rm is not rm and new_rm.next_job_id == 10 and not new_rm.jobs
-    assert [row[2] for row in rt.nodes["rm"].store.all()] == ["done"] * 10
+    assert [row[2] for row in rt.slots["rm"].store.all()] == ["done"] * 10
 
 
 @pytest.mark.slow
@@ -143,7 +143,7 @@ def test_a_simulation_in_a_test_validates_every_actor_after_every_event():
     """conftest.py turns the check on for every SimRuntime, whoever builds it: an actor whose
     invariant breaks stops the run at the event that broke it."""
     from apollo.runtime.sim import SimRuntime
-    from apollo.messages import KillTask
+    from apollo.core.messages import KillTask
 
     class Broken:
         def __init__(self):
@@ -166,7 +166,7 @@ def test_a_simulation_in_a_test_validates_every_actor_after_every_event():
 
 
 def test_attempt_log_reads_back_the_rows_it_packed(monkeypatch):
-    from apollo.records import AttemptLog
+    from apollo.core.records import AttemptLog
     monkeypatch.setattr(AttemptLog, "CHUNK", 4)
     log = AttemptLog()
     assert not log and len(log) == 0 and list(log) == []

@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as hs
 
-from apollo import simulate
+from apollo.tools import simulate
 
-from apollo.cluster import IoModel, Topology
-from apollo.effects import Timer
-from apollo.shapes import ShapeGrid
-from apollo.simulate import SimConfig, run_simulation
-from apollo.spec import JobSpec, StageSpec
-from apollo.stragglers import DOLLY
+from apollo.core.cluster import IoModel, Topology
+from apollo.core.effects import Timer
+from apollo.core.shapes import ShapeGrid
+from apollo.tools.simulate import SimConfig, run_simulation
+from apollo.core.spec import JobSpec, StageSpec
+from apollo.core.stragglers import DOLLY
 from apollo.workloads import load_workload
-from apollo.lifecycle import TaskState
-from apollo.messages import Holding, StatusBatch, TaskReport
+from apollo.core.lifecycle import TaskState
+from apollo.core.messages import Holding, StatusBatch, TaskReport
 from jm.config import DispatchConfig, PlacementConfig
 from jm.state import JmConfig, JmState
 

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from apollo.spec import JobSpec, StageSpec
-from apollo.stragglers import DOLLY, NONE, clones_needed
+from apollo.core.spec import JobSpec, StageSpec
+from apollo.core.stragglers import DOLLY, NONE, clones_needed
 from rm.clones import CloneBudget, CloneConfig
 
 

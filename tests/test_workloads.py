@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from apollo.spec import JobSpec, SpecError, StageSpec, Workload
+from apollo.core.spec import JobSpec, SpecError, StageSpec, Workload
 from apollo.workloads import WORKLOAD_NAMES, generator_params, load_workload
 from apollo.workloads import swim
 from apollo.workloads.hawk import read_hawk

@@ -2,7 +2,7 @@
 
 A synthetic task (``TaskSpec.command is None``) is a timer for its modelled
 time: compute ``duration_s`` plus start-up and input I/O at the locality it
-got (apollo.cluster.IoModel), divided by ``speedup``. A command task is a
+got (apollo.core.cluster.IoModel), divided by ``speedup``. A command task is a
 real subprocess: environment ``os.environ`` + ``spec.env``, working directory
 ``spec.cwd`` (else the executor's workdir), stdout and stderr to
 ``<workdir>/<job>-<task>-<attempt>.out/.err``, an address-space limit of
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from apollo.cluster import IoModel
-from apollo.effects import TaskExited
+from apollo.core.cluster import IoModel
+from apollo.core.effects import TaskExited
 
 log = logging.getLogger("apollo.executor")
 

@@ -5,7 +5,7 @@ SimRuntime:
 
 - Send: to an actor of this process (or a local prefix route, "jm" ->
   "jmhost") the message is delivered with ``loop.call_soon``, never
-  re-entrantly; any other address goes to the transport Node, which routes
+  re-entrantly; any other address goes to the transport Endpoint, which routes
   it to the process hosting it.
 - SetTimer / CancelTimer: ``loop.call_later``, keyed per (actor, key);
   re-setting a key replaces the timer.
@@ -32,12 +32,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from apollo.cluster import IoModel
-from apollo.effects import CancelTimer, Kill, Launch, Log, Persist, Send, SetTimer, Spawn, Start, Timer
-from apollo.messages import pack, unpack
+from apollo.core.cluster import IoModel
+from apollo.core.effects import CancelTimer, Kill, Launch, Log, Persist, Send, SetTimer, Spawn, Start, Timer
+from apollo.core.messages import pack, unpack
 
 from .executor import Executor
-from .transport import MAX_FRAME, Node
+from .transport import MAX_FRAME, Endpoint
 
 log = logging.getLogger("apollo.live")
 
@@ -54,7 +54,7 @@ class LiveRuntime:
 
     secret: the cluster's shared secret (the transport handshake proves it).
     seed: for the one numpy Generator handed to actors; None draws it from os.urandom.
-    log_sink: ``(kind, data, now)``, e.g. an apollo.records.Recorder; default: python logging.
+    log_sink: ``(kind, data, now)``, e.g. an apollo.core.records.Recorder; default: python logging.
     workdir: where command tasks write ``<job>-<task>-<attempt>.out/.err`` (default: a temp dir).
     io, speedup: the synthetic-task time model (see apollo.runtime.executor).
     epoch: the time origin of ``now``, a ``time.monotonic()`` reading (uvloop's and asyncio's
@@ -81,8 +81,8 @@ class LiveRuntime:
         self.routes: dict[str, str] = {}     # local prefix routes: "jm" -> "jmhost"
         self.timers: dict[tuple, asyncio.TimerHandle] = {}
         self._exits: dict[str, tuple] = {}   # batching actors: (actor, [TaskExited]) to deliver
-        self.node = Node(secret, [], self._on_remote, listen_host=listen_host, max_frame=max_frame)
-        self.node.on_peer_lost = self._peer_lost
+        self.endpoint = Endpoint(secret, [], self._on_remote, listen_host=listen_host, max_frame=max_frame)
+        self.endpoint.on_peer_lost = self._peer_lost
         self._loop: asyncio.AbstractEventLoop | None = None
         self._t0 = 0.0
         self._early: list[tuple] = []        # work asked for before start()
@@ -97,7 +97,7 @@ class LiveRuntime:
     # ---- wiring -------------------------------------------------------------------------
     @property
     def address(self) -> str:
-        return self.node.address
+        return self.endpoint.address
 
     @property
     def now(self) -> float:
@@ -112,7 +112,7 @@ class LiveRuntime:
         self.actors[address] = actor
         if store is not None:
             self.stores[address] = store
-        self.node.host(address)
+        self.endpoint.host(address)
         if start:
             store = self.stores.get(address)
             self._soon(self._deliver_to, address, actor, Start(store.recovered() if store is not None else None))
@@ -125,11 +125,11 @@ class LiveRuntime:
     def route_prefix(self, prefix: str, address: str) -> None:
         """Messages to "prefix:..." go to the local actor ``address`` (the JM host carries "jm:*")."""
         self.routes[prefix] = address
-        self.node.host(prefix)
+        self.endpoint.host(prefix)
 
     def add_route(self, address_or_prefix: str, hostport: str) -> None:
         """A static route to another process: where to connect for this address or prefix."""
-        self.node.add_route(address_or_prefix, hostport)
+        self.endpoint.add_route(address_or_prefix, hostport)
 
     def inject(self, to: str, msg: Any) -> None:
         """Send from outside any actor (a client, a test)."""
@@ -142,8 +142,8 @@ class LiveRuntime:
     async def start(self, listen_port: int | None = 0) -> None:
         self._loop = asyncio.get_running_loop()
         self._t0 = self._loop.time() if self.epoch is None else self.epoch
-        self.node.listen_port = listen_port
-        await self.node.start()
+        self.endpoint.listen_port = listen_port
+        await self.endpoint.start()
         self.started = True
         early, self._early = self._early, []
         for fn, *args in early:                 # Starts and injections, in the order asked
@@ -155,7 +155,7 @@ class LiveRuntime:
             h.cancel()
         self.timers.clear()
         await self.executor.close()
-        await self.node.close()
+        await self.endpoint.close()
 
     def _soon(self, fn: Callable, *args: Any) -> None:
         if self._loop is None:
@@ -179,7 +179,7 @@ class LiveRuntime:
     def _send(self, to: str, msg: Any) -> None:
         dst = self._local(to)
         if dst is None:
-            self.node.send(to, msg)
+            self.endpoint.send(to, msg)
             return
         if self.wire_local:
             msg = unpack(pack(msg))
@@ -238,11 +238,11 @@ class LiveRuntime:
         del self._exits[addr]
         q = pending[1]
         if q:
-            self.node.hold()
+            self.endpoint.hold()
             try:
                 self._deliver_to(addr, actor, q if len(q) > 1 else q[0])
             finally:
-                self.node.flush_now()
+                self.endpoint.flush_now()
 
     def _drop_exit(self, addr: str, task_key: tuple) -> None:
         """A Kill: an exit of that attempt still waiting for delivery is dropped (no TaskExited
@@ -254,11 +254,11 @@ class LiveRuntime:
 
     def _fire(self, addr: str, actor: Any, key: Any) -> None:
         self.timers.pop((addr, key), None)
-        self.node.hold()
+        self.endpoint.hold()
         try:
             self._deliver_to(addr, actor, Timer(key))
         finally:
-            self.node.flush_now()
+            self.endpoint.flush_now()
 
     def _peer_lost(self, addresses: list[str]) -> None:
         shown = ", ".join(addresses[:8]) + (f" and {len(addresses) - 8} more" if len(addresses) > 8 else "")

@@ -1,6 +1,6 @@
 """SimRuntime: a discrete-event kernel that carries out actors' effects.
 
-An event queue (apollo.runtime.events) of ``(time, seq, kind, node, item,
+An event queue (apollo.runtime.events) of ``(time, seq, kind, slot, item,
 epoch)``; ``seq`` breaks ties, so a run is a pure function of its inputs and seed. Every message crosses a
 modelled network (latency with jitter, optional loss) and, unless ``wire`` is
 off, is packed to MessagePack bytes and decoded on arrival, so the protocol
@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from apollo.effects import CancelTimer, Kill, Launch, Log, Persist, Send, SetTimer, Spawn, Start, TaskExited, Timer
-from apollo.messages import TaskSpec, pack, unpack
+from apollo.core.effects import CancelTimer, Kill, Launch, Log, Persist, Send, SetTimer, Spawn, Start, TaskExited, Timer
+from apollo.core.messages import TaskSpec, pack, unpack
 
 from .events import EventQueue
 from .hugepages import HeapPager
@@ -33,11 +33,11 @@ DELIVER, TIMER, EXIT, CALL, BATCH, EXIT_FAILED = 0, 1, 2, 3, 4, 5
 # arrival order, at the window's end: a busy server reads its sockets in batches, and an event
 # per heartbeat was a fifth of a run (per status batch, -3.4% at 20,000 servers).
 BATCH_WINDOW_S = 0.001
-# A run of at least this many nodes has its heap moved onto huge pages (apollo.runtime.hugepages)
+# A run of at least this many slots has its heap moved onto huge pages (apollo.runtime.hugepages)
 # when it starts and again every HUGEPAGES_EVERY events, as the heap grows. A pass copies only
 # what is new (~2.5 ms per MB here) and reads /proc/self/maps (~1 ms); at 20,000 servers that
 # is ~0.7 s of wall time between passes, and passes cost ~2.5% of a run in all, against -5%.
-HUGEPAGES_MIN_NODES = 1000
+HUGEPAGES_MIN_ACTORS = 1000
 HUGEPAGES_EVERY = 1 << 18
 
 
@@ -57,9 +57,9 @@ class Partition:
     inside: frozenset
 
 
-class _Node:
+class _Slot:
     """One address of the simulated cluster: its actor, its incarnation, its timers and store. Queue
-    entries point at the node itself, so delivering costs no lookup by address."""
+    entries point at the slot itself, so delivering costs no lookup by address."""
     __slots__ = ("address", "actor", "handle", "epoch", "up", "timers", "batched", "windows", "store")
 
     def __init__(self, address: str, actor: Any, check: bool = False) -> None:
@@ -73,7 +73,7 @@ class _Node:
 
     def set_actor(self, actor: Any, check: bool = False) -> None:
         self.actor = actor
-        # The class's function, called with the actor: a bound method per node would be one
+        # The class's function, called with the actor: a bound method per slot would be one
         # more cold object to touch per event (~2.5% of a 20,000-server run).
         self.handle = type(actor).handle
         if check and hasattr(actor, "validate"):
@@ -99,14 +99,14 @@ class SimRuntime:
                  task_model: Callable | None = None, log_sink: Callable | None = None,
                  hugepages: bool | None = None, check: bool = False) -> None:
         """``hugepages``: move the heap onto huge pages while running (None: when the run has
-        at least HUGEPAGES_MIN_NODES nodes). It changes speed only, never results. ``check``:
+        at least HUGEPAGES_MIN_ACTORS slots). It changes speed only, never results. ``check``:
         call every actor's ``validate()`` after every event it handles (tests)."""
         self.check = check
         self.now = 0.0
         self.hugepages = hugepages
         self.pager: HeapPager | None = None
-        # Entries: (time, seq, kind, node, item, epoch). A timer's or a task exit's token is
-        # its entry's own seq; ``epoch`` is the node's incarnation when the entry was made.
+        # Entries: (time, seq, kind, slot, item, epoch). A timer's or a task exit's token is
+        # its entry's own seq; ``epoch`` is the slot's incarnation when the entry was made.
         self.queue = EventQueue()
         self.seq = 0
         self.rng = np.random.default_rng(seed)           # handed to actors
@@ -119,9 +119,9 @@ class SimRuntime:
         self.wire = wire
         self.task_model: Callable = task_model or _no_task_model
         self.log_sink = log_sink or (lambda kind, data, now: None)
-        self.nodes: dict[str, _Node] = {}
+        self.slots: dict[str, _Slot] = {}
         self.routes: dict[str, str] = {}                  # address prefix -> actor address ("jm" -> "jmhost")
-        self._routed: dict[str, _Node] = {}               # address prefix -> its route's node
+        self._routed: dict[str, _Slot] = {}               # address prefix -> its route's slot
         # Running tasks' exits are queue entries; a killed task's entry is skipped when it comes
         # up (kills are rare: the set stays small and a plain exit costs no lookup).
         self.killed: set[tuple] = set()
@@ -134,60 +134,60 @@ class SimRuntime:
     # ---- wiring ----------------------------------------------------------------
     @property
     def actors(self) -> dict[str, Any]:
-        return {a: n.actor for a, n in self.nodes.items()}
+        return {a: n.actor for a, n in self.slots.items()}
 
     def add(self, address: str, actor: Any, start: bool = True, store: Any = None) -> None:
         """Host ``actor`` at ``address``; ``store``: its durable store (rm.store.JobStore), if it
         persists anything (it outlives the actor's crashes, as a disk would)."""
-        node = self.nodes.get(address)
-        if node is None:
-            self.nodes[address] = node = _Node(address, actor, self.check)
+        slot = self.slots.get(address)
+        if slot is None:
+            self.slots[address] = slot = _Slot(address, actor, self.check)
         else:
-            node.set_actor(actor, self.check)
+            slot.set_actor(actor, self.check)
         if store is not None:
-            node.store = store
+            slot.store = store
         self._routed.clear()
         if start:
-            self._push(self.now, CALL, None, lambda: self._deliver_local(address, self._start_event(node)))
+            self._push(self.now, CALL, None, lambda: self._deliver_local(address, self._start_event(slot)))
 
     @staticmethod
-    def _start_event(node: _Node) -> Start:
-        return Start(node.store.recovered() if node.store is not None else None)
+    def _start_event(slot: _Slot) -> Start:
+        return Start(slot.store.recovered() if slot.store is not None else None)
 
     def route_prefix(self, prefix: str, address: str) -> None:
         self.routes[prefix] = address
         self._routed.clear()
 
-    def _routed_node(self, to: str) -> "_Node | None":
-        """The node of an address that has none of its own: its prefix route's ("jm:42" -> the
+    def _routed_slot(self, to: str) -> "_Slot | None":
+        """The slot of an address that has none of its own: its prefix route's ("jm:42" -> the
         JM host), cached by prefix (per address, the cache would grow by one entry per job)."""
         prefix = to.partition(":")[0]
-        node = self._routed.get(prefix)
-        if node is None:
-            node = self.nodes.get(self.routes.get(prefix, ""))
-            if node is None:
+        slot = self._routed.get(prefix)
+        if slot is None:
+            slot = self.slots.get(self.routes.get(prefix, ""))
+            if slot is None:
                 self.log_sink("warn", (f"message to unknown address {to!r}",), self.now)
                 return None
-            self._routed[prefix] = node
-        return node
+            self._routed[prefix] = slot
+        return slot
 
     def call_at(self, t: float, fn: Callable[[], None]) -> None:
         self._push(t, CALL, None, fn)
 
     def crash(self, address: str) -> None:
-        """The node dies: its state, timers, queued messages and running tasks are lost."""
-        node = self.nodes[address]
-        node.up = False
-        node.epoch += 1
-        node.timers.clear()
+        """The slot dies: its state, timers, queued messages and running tasks are lost."""
+        slot = self.slots[address]
+        slot.up = False
+        slot.epoch += 1
+        slot.timers.clear()
 
     def restart(self, address: str, actor: Any) -> None:
-        node = self.nodes[address]
-        node.up = True
-        node.epoch += 1
-        node.timers.clear()
-        node.set_actor(actor, self.check)
-        self._deliver_local(address, self._start_event(node))
+        slot = self.slots[address]
+        slot.up = True
+        slot.epoch += 1
+        slot.timers.clear()
+        slot.set_actor(actor, self.check)
+        self._deliver_local(address, self._start_event(slot))
 
     def inject(self, to: str, msg: Any, delay: float = 0.0) -> None:
         """Send from outside any actor (a client, a test)."""
@@ -199,9 +199,9 @@ class SimRuntime:
         self._deliver_local(address, event)
 
     # ---- the loop ----------------------------------------------------------------
-    def _push(self, t: float, kind: int, node: "_Node | None", item: Any, epoch: int = 0) -> None:
+    def _push(self, t: float, kind: int, slot: "_Slot | None", item: Any, epoch: int = 0) -> None:
         self.seq += 1
-        self.queue.push((t, self.seq, kind, node, item, epoch))
+        self.queue.push((t, self.seq, kind, slot, item, epoch))
 
     def run(self, until: float = float("inf")) -> None:
         wire = self.wire
@@ -232,33 +232,33 @@ class SimRuntime:
                         if self.stopped:
                             break
                         continue
-                    node: _Node = nd      # (typed: compiled, its fields are read as struct members)
+                    slot: _Slot = nd      # (typed: compiled, its fields are read as struct members)
                     if kind == DELIVER:
-                        if node.epoch != epoch or not node.up:
-                            self.dropped += 1           # the node crashed (or is down) since
+                        if slot.epoch != epoch or not slot.up:
+                            self.dropped += 1           # the slot crashed (or is down) since
                         else:
-                            apply(node, node.handle(node.actor, unpack(item) if wire else item, t, rng))
+                            apply(slot, slot.handle(slot.actor, unpack(item) if wire else item, t, rng))
                     elif kind == EXIT or kind == EXIT_FAILED:     # item: the task's TaskSpec
                         task: TaskSpec = item
-                        if node.epoch != epoch or not node.up:
-                            pass                        # the node crashed under it
-                        elif killed and (node.address, task.key) in killed:
-                            killed.discard((node.address, task.key))
+                        if slot.epoch != epoch or not slot.up:
+                            pass                        # the slot crashed under it
+                        elif killed and (slot.address, task.key) in killed:
+                            killed.discard((slot.address, task.key))
                         else:
                             ok = kind == EXIT
-                            apply(node, node.handle(node.actor, TaskExited(task.key, ok, 0 if ok else 1,
+                            apply(slot, slot.handle(slot.actor, TaskExited(task.key, ok, 0 if ok else 1,
                                                                            "" if ok else "task failed"), t, rng))
                     elif kind == BATCH:
-                        arrived = node.windows.pop(item)
+                        arrived = slot.windows.pop(item)
                         arrived.sort()
-                        msgs = [unpack(m) if wire else m for _, _, m, e in arrived if e == node.epoch]
-                        if msgs and node.up:
-                            apply(node, node.handle(node.actor, msgs if len(msgs) > 1 else msgs[0], t, rng))
+                        msgs = [unpack(m) if wire else m for _, _, m, e in arrived if e == slot.epoch]
+                        if msgs and slot.up:
+                            apply(slot, slot.handle(slot.actor, msgs if len(msgs) > 1 else msgs[0], t, rng))
                     elif kind == TIMER:
-                        timers = node.timers
-                        if timers.get(item) == seq and node.epoch == epoch:   # not re-set or cancelled since
+                        timers = slot.timers
+                        if timers.get(item) == seq and slot.epoch == epoch:   # not re-set or cancelled since
                             del timers[item]
-                            apply(node, node.handle(node.actor, Timer(item), t, rng))
+                            apply(slot, slot.handle(slot.actor, Timer(item), t, rng))
                     if self.stopped:
                         break
                 if self.stopped or events - began < chunk:
@@ -269,16 +269,16 @@ class SimRuntime:
                 gc.enable()
 
     def _pager(self) -> HeapPager | None:
-        on = self.hugepages if self.hugepages is not None else len(self.nodes) >= HUGEPAGES_MIN_NODES
+        on = self.hugepages if self.hugepages is not None else len(self.slots) >= HUGEPAGES_MIN_ACTORS
         if on and self.pager is None:
             self.pager = HeapPager()
         pager = self.pager
         return pager if on and pager is not None and pager.available else None
 
     def _deliver_local(self, addr: str, event: Any) -> None:
-        node = self.nodes[addr]
-        if node.up:
-            self._apply(node, node.handle(node.actor, event, self.now, self.rng))
+        slot = self.slots[addr]
+        if slot.up:
+            self._apply(slot, slot.handle(slot.actor, event, self.now, self.rng))
 
     # ---- effects ------------------------------------------------------------------
     def _draw_delays(self) -> None:
@@ -288,11 +288,11 @@ class SimRuntime:
         self._delays = (jitter + net.latency_s).tolist()
         self._next_delay = 0
 
-    def _cut(self, src: str, node: "_Node") -> bool:
-        """Whether a partition now separates ``src`` from ``node``."""
+    def _cut(self, src: str, slot: "_Slot") -> bool:
+        """Whether a partition now separates ``src`` from ``slot``."""
         now = self.now
         for p in self.partitions:
-            if p.start <= now < p.end and ((src in p.inside) != (node.address in p.inside)):
+            if p.start <= now < p.end and ((src in p.inside) != (slot.address in p.inside)):
                 return True
         return False
 
@@ -301,10 +301,10 @@ class SimRuntime:
         if net.loss and self._rand.random() < net.loss:
             self.dropped += 1
             return
-        node = self.nodes.get(to) or self._routed_node(to)
-        if node is None:
+        slot = self.slots.get(to) or self._routed_slot(to)
+        if slot is None:
             return
-        if self.partitions and self._cut(src, node):
+        if self.partitions and self._cut(src, slot):
             self.dropped += 1
             return
         # (twice: a duplicated message, each copy with its own delay; the body is inline, as this
@@ -320,53 +320,53 @@ class SimRuntime:
                 i = 0
             self._next_delay = i + 1
             at = self.now + self._delays[i] + extra_delay
-            if node.batched and type(msg) in node.batched:
+            if slot.batched and type(msg) in slot.batched:
                 w = int(at * (1.0 / BATCH_WINDOW_S))
-                arrived = node.windows.get(w)
+                arrived = slot.windows.get(w)
                 if arrived is None:
-                    node.windows[w] = arrived = []
-                    self.queue.push((max((w + 1) * BATCH_WINDOW_S, at), self.seq, BATCH, node, w, 0))
-                arrived.append((at, self.seq, pack(msg) if self.wire else msg, node.epoch))
+                    slot.windows[w] = arrived = []
+                    self.queue.push((max((w + 1) * BATCH_WINDOW_S, at), self.seq, BATCH, slot, w, 0))
+                arrived.append((at, self.seq, pack(msg) if self.wire else msg, slot.epoch))
                 continue
-            self.queue.push((at, self.seq, DELIVER, node, pack(msg) if self.wire else msg, node.epoch))
+            self.queue.push((at, self.seq, DELIVER, slot, pack(msg) if self.wire else msg, slot.epoch))
 
-    def _apply(self, node: _Node, effects: list) -> None:
+    def _apply(self, slot: _Slot, effects: list) -> None:
         if not effects:
             return
         now = self.now
         queue = self.queue
-        epoch = node.epoch
+        epoch = slot.epoch
         for e in effects:
             te = type(e)
             # (each branch names its effect with its type: compiled, the fields are then read as
             # struct members rather than looked up by name)
             if te is Send:
                 send: Send = e
-                self._send(send.to, send.msg, 0.0, node.address)
+                self._send(send.to, send.msg, 0.0, slot.address)
             elif te is SetTimer:
                 timer: SetTimer = e
                 self.seq = seq = self.seq + 1
-                node.timers[timer.key] = seq
-                queue.push((now + timer.delay, seq, TIMER, node, timer.key, epoch))
+                slot.timers[timer.key] = seq
+                queue.push((now + timer.delay, seq, TIMER, slot, timer.key, epoch))
             elif te is Log:
                 log: Log = e
                 self.log_sink(log.kind, log.data, now)
             elif te is Launch:
                 launch: Launch = e
-                dur, ok = self.task_model(node.address, launch.task, launch.locality, launch.slowdown)
+                dur, ok = self.task_model(slot.address, launch.task, launch.locality, launch.slowdown)
                 self.seq = seq = self.seq + 1
                 # The exit event is made when it fires: ~50,000 tasks run at once at 20,000
                 # servers, and an object each kept meanwhile is memory every event pays for.
-                queue.push((now + dur, seq, EXIT if ok else EXIT_FAILED, node, launch.task, epoch))
+                queue.push((now + dur, seq, EXIT if ok else EXIT_FAILED, slot, launch.task, epoch))
             elif te is Kill:
-                self.killed.add((node.address, e.task_key))
+                self.killed.add((slot.address, e.task_key))
             elif te is CancelTimer:
-                node.timers.pop(e.key, None)
+                slot.timers.pop(e.key, None)
             elif te is Persist:
-                if node.store is None:
-                    raise TypeError(f"actor {node.address} asked to persist {e.op!r} but has no store")
-                node.store.apply(e)
+                if slot.store is None:
+                    raise TypeError(f"actor {slot.address} asked to persist {e.op!r} but has no store")
+                slot.store.apply(e)
             elif te is Spawn:
                 self.add(e.address, e.actor)
             else:
-                raise TypeError(f"actor {node.address} returned an unknown effect {e!r}")
+                raise TypeError(f"actor {slot.address} returned an unknown effect {e!r}")

@@ -17,7 +17,7 @@ Handshake (both directions, before anything else)
 
     and checks the proof it receives against HMAC-SHA256(secret, my_nonce +
     their_nonce) with hmac.compare_digest. A hello that echoes one of this
-    node's own open nonces is refused (it would let a peer reflect our own
+    endpoint's own open nonces is refused (it would let a peer reflect our own
     proof back at us). A wrong version, a wrong proof, a malformed hello or any
     other frame before the handshake completes is refused: the refusing side
     sends ``["refused", reason]`` (best effort), logs the reason on the
@@ -25,20 +25,20 @@ Handshake (both directions, before anything else)
 
 Data frame
     ``[to_address, code, field1, ...]``: the destination actor's address
-    followed by ``apollo.messages.encode(msg)``. A frame that does not decode
+    followed by ``apollo.core.messages.encode(msg)``. A frame that does not decode
     (bad msgpack, WireError) is logged and closes that connection only.
     ``["", "hosts", [addresses]]`` (empty destination) announces addresses a
     peer started hosting after its hello.
 
 Sending
-    ``Node.send`` packs with one reused msgpack.Packer into the connection's
+    ``Endpoint.send`` packs with one reused msgpack.Packer into the connection's
     pending buffer; each connection flushes once per loop iteration
     (``loop.call_soon``) with a single ``transport.write``. There is one
     connection per pair of processes: a peer that connected to us is reached
     back over that connection, both for the addresses in its hello and for its
     listen address.
 
-Routing (``Node.send``): the exact address, then the prefix before ':' (so
+Routing (``Endpoint.send``): the exact address, then the prefix before ':' (so
 "jm:42" goes where "jm" goes); at each step a live peer hosting it wins over a
 static route (``add_route``).
 """
@@ -55,7 +55,7 @@ from typing import Any, Callable
 
 import msgpack
 
-from apollo.messages import PROTOCOL_VERSION, WireError, decode, encode
+from apollo.core.messages import PROTOCOL_VERSION, WireError, decode, encode
 
 log = logging.getLogger("apollo.transport")
 
@@ -92,8 +92,8 @@ def _describe(v: Any) -> str:
 class _Conn(asyncio.Protocol):
     """One TCP connection to a peer process, either direction."""
 
-    def __init__(self, node: "Node", target: str = "") -> None:
-        self.node = node
+    def __init__(self, endpoint: "Endpoint", target: str = "") -> None:
+        self.endpoint = endpoint
         self.target = target                    # outbound: the "host:port" we dialled
         self.outbound = bool(target)
         self.state = HELLO
@@ -111,7 +111,7 @@ class _Conn(asyncio.Protocol):
         self.retired = False                    # a duplicate: read from, never written to
         self.ready_at = 0.0
         self._hs_timer: asyncio.TimerHandle | None = None
-        node._nonces.add(self.my_nonce)
+        endpoint._nonces.add(self.my_nonce)
 
     def __repr__(self) -> str:
         return f"<peer {self.describe()}>"
@@ -126,10 +126,10 @@ class _Conn(asyncio.Protocol):
         pn = transport.get_extra_info("peername")
         if pn:
             self.peername = f"{pn[0]}:{pn[1]}"
-        node = self.node
-        node._conns.add(self)
-        self._hs_timer = node._loop.call_later(node.handshake_timeout_s, self._handshake_timeout)
-        self._write_now(["hello", PROTOCOL_VERSION, self.my_nonce, list(node.hosted), node.address])
+        endpoint = self.endpoint
+        endpoint._conns.add(self)
+        self._hs_timer = endpoint._loop.call_later(endpoint.handshake_timeout_s, self._handshake_timeout)
+        self._write_now(["hello", PROTOCOL_VERSION, self.my_nonce, list(endpoint.hosted), endpoint.address])
 
     def connection_lost(self, exc: Exception | None) -> None:
         was = self.state
@@ -137,7 +137,7 @@ class _Conn(asyncio.Protocol):
         if self._hs_timer is not None:
             self._hs_timer.cancel()
             self._hs_timer = None
-        self.node._lost(self, was, exc)
+        self.endpoint._lost(self, was, exc)
 
     def pause_writing(self) -> None:
         self.paused = True              # keep collecting; the next flush after resume is bigger
@@ -149,15 +149,15 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.state == CLOSED:
             return
-        node = self.node
-        node.hold()                     # the sends of this read go out together at its end
+        endpoint = self.endpoint
+        endpoint.hold()                     # the sends of this read go out together at its end
         try:
             self._read(data)
         finally:
-            node.flush_now()            # what handling these frames sent goes out now
+            endpoint.flush_now()            # what handling these frames sent goes out now
 
     def _read(self, data: bytes) -> None:
-        node = self.node
+        endpoint = self.endpoint
         if self.buf:
             self.buf += data
             src: bytes | bytearray = self.buf
@@ -165,13 +165,13 @@ class _Conn(asyncio.Protocol):
             src = data                  # the common case: parse the chunk in place, no copy
         n = len(src)
         pos = 0
-        limit = node.max_frame if self.state == READY else node.max_handshake_frame
+        limit = endpoint.max_frame if self.state == READY else endpoint.max_handshake_frame
         mv = memoryview(src)
         unpackb = msgpack.unpackb
         while n - pos >= 4:
             size = _unpack_len(src, pos)[0]
             if size > limit:
-                node.bad_frames += 1
+                endpoint.bad_frames += 1
                 self._close(f"declared frame length {size} exceeds the maximum {limit}")
                 return
             end = pos + 4 + size
@@ -182,7 +182,7 @@ class _Conn(asyncio.Protocol):
             try:
                 v = unpackb(payload, raw=False, strict_map_key=True)
             except Exception as e:  # msgpack raises several unrelated types
-                node.bad_frames += 1
+                endpoint.bad_frames += 1
                 self._close(f"undecodable msgpack frame ({type(e).__name__}: {e})")
                 return
             if self.state == READY:
@@ -192,10 +192,10 @@ class _Conn(asyncio.Protocol):
             if self.state == CLOSED:
                 return
             if self.state == READY:
-                limit = node.max_frame
+                limit = endpoint.max_frame
         payload = None
         mv.release()
-        node.bytes_in += pos
+        endpoint.bytes_in += pos
         if src is self.buf:
             if pos:
                 self.buf = self.buf[pos:]       # a fresh object: no resize under live views
@@ -204,14 +204,14 @@ class _Conn(asyncio.Protocol):
 
     # ---- frames --------------------------------------------------------------------
     def _on_data(self, v: Any) -> None:
-        node = self.node
+        endpoint = self.endpoint
         if type(v) is not list or len(v) < 2 or type(v[0]) is not str:
             if type(v) is list and len(v) == 2 and v[0] == "refused" and type(v[1]) is str:
-                node.refused_by_peer += 1
+                endpoint.refused_by_peer += 1
                 self._close(f"peer refused our handshake: {v[1][:200]}")
-                node._handshake_failed(self, v[1][:200], True)
+                endpoint._handshake_failed(self, v[1][:200], True)
                 return
-            node.bad_frames += 1
+            endpoint.bad_frames += 1
             self._close(f"bad data frame: expected [to, code, ...], got {_describe(v)}")
             return
         to = v[0]
@@ -221,32 +221,32 @@ class _Conn(asyncio.Protocol):
         try:
             msg = decode(v[1:])
         except WireError as e:
-            node.bad_frames += 1
+            endpoint.bad_frames += 1
             self._close(f"bad data frame to {to[:60]!r}: {e}")
             return
-        node.frames_in += 1
+        endpoint.frames_in += 1
         try:
-            node.on_message(to, msg)
+            endpoint.on_message(to, msg)
         except Exception:
             log.exception("on_message failed for a %s to %r from %s", type(msg).__name__, to, self.describe())
 
     def _on_control(self, v: list) -> None:
-        node = self.node
+        endpoint = self.endpoint
         if len(v) == 3 and v[1] == "hosts" and type(v[2]) is list and all(type(a) is str and a for a in v[2]):
             self.peer_hosted.extend(v[2])
-            via = node._by_peer.get(self.peer_listen, self) if self.retired else self
+            via = endpoint._by_peer.get(self.peer_listen, self) if self.retired else self
             for a in v[2]:
-                node._learned[a] = via
+                endpoint._learned[a] = via
             return
-        node.bad_frames += 1
+        endpoint.bad_frames += 1
         self._close(f"bad control frame: {_describe(v[1:])}")
 
     def _on_handshake(self, v: Any) -> None:
-        node = self.node
+        endpoint = self.endpoint
         if type(v) is list and len(v) == 2 and v[0] == "refused" and type(v[1]) is str:
-            node.refused_by_peer += 1
+            endpoint.refused_by_peer += 1
             self._close(f"peer refused our handshake: {v[1][:200]}")
-            node._handshake_failed(self, v[1][:200], True)
+            endpoint._handshake_failed(self, v[1][:200], True)
             return
         if self.state == HELLO:
             if type(v) is not list or not v or v[0] != "hello":
@@ -255,7 +255,7 @@ class _Conn(asyncio.Protocol):
                 return self._refuse(f"malformed hello: {len(v)} fields, expected 5")
             _, version, nonce, hosted, listen = v
             if type(version) is not int or version != PROTOCOL_VERSION:
-                return self._refuse(f"protocol version {version!r}, this node speaks {PROTOCOL_VERSION}")
+                return self._refuse(f"protocol version {version!r}, this endpoint speaks {PROTOCOL_VERSION}")
             if type(nonce) is not bytes or len(nonce) != NONCE_BYTES:
                 return self._refuse("malformed hello: the nonce must be 16 bytes")
             if type(hosted) is not list or not all(type(a) is str and a for a in hosted):
@@ -267,38 +267,38 @@ class _Conn(asyncio.Protocol):
                     _split_hostport(listen)
                 except ValueError as e:
                     return self._refuse(f"malformed hello: {e}")
-            if nonce in node._nonces:
+            if nonce in endpoint._nonces:
                 return self._refuse("hello echoes one of our own nonces")
             self.their_nonce = nonce
             self.peer_hosted = list(hosted)
             self.peer_listen = listen
             self.state = PROOF
-            self._write_now(["proof", hmac.new(node._secret, nonce + self.my_nonce, hashlib.sha256).digest()])
+            self._write_now(["proof", hmac.new(endpoint._secret, nonce + self.my_nonce, hashlib.sha256).digest()])
             return
         # state == PROOF
         if type(v) is not list or len(v) != 2 or v[0] != "proof" or type(v[1]) is not bytes:
             return self._refuse(f"expected a proof, got {_describe(v)}")
-        want = hmac.new(node._secret, self.my_nonce + self.their_nonce, hashlib.sha256).digest()
+        want = hmac.new(endpoint._secret, self.my_nonce + self.their_nonce, hashlib.sha256).digest()
         if not hmac.compare_digest(want, v[1]):
             return self._refuse("wrong proof: the peer does not hold the cluster secret")
         self.state = READY
         if self._hs_timer is not None:
             self._hs_timer.cancel()
             self._hs_timer = None
-        node._ready(self)
+        endpoint._ready(self)
         self._schedule_flush()
 
     def _handshake_timeout(self) -> None:
         self._hs_timer = None
         if self.state in (HELLO, PROOF):
-            self._refuse(f"no handshake within {self.node.handshake_timeout_s}s")
+            self._refuse(f"no handshake within {self.endpoint.handshake_timeout_s}s")
 
     def _refuse(self, reason: str) -> None:
-        self.node.refused_handshakes += 1
+        self.endpoint.refused_handshakes += 1
         if self.transport is not None and not self.transport.is_closing():
             self._write_now(["refused", reason])
         self._close(f"handshake refused: {reason}")
-        self.node._handshake_failed(self, reason, False)
+        self.endpoint._handshake_failed(self, reason, False)
 
     def _close(self, reason: str) -> None:
         if self.state == CLOSED:
@@ -322,25 +322,25 @@ class _Conn(asyncio.Protocol):
     def _schedule_flush(self) -> None:
         if not self.flush_scheduled and self.out and self.state == READY:
             self.flush_scheduled = True
-            self.node._dirty[self] = None
-            self.node._loop.call_soon(self._flush)
+            self.endpoint._dirty[self] = None
+            self.endpoint._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self.flush_scheduled = False
-        self.node._dirty.pop(self, None)
+        self.endpoint._dirty.pop(self, None)
         if self.state != READY or not self.out or self.paused or self.transport.is_closing():
             return                      # a closing transport: connection_lost drops and logs these
         data = self.out
         self.out = bytearray()          # never touch ``data`` again: the transport may keep it
-        node = self.node
-        node.frames_out += self.pending
-        node.writes += 1
-        node.bytes_out += len(data)
+        endpoint = self.endpoint
+        endpoint.frames_out += self.pending
+        endpoint.writes += 1
+        endpoint.bytes_out += len(data)
         self.pending = 0
         self.transport.write(data)
 
 
-class Node:
+class Endpoint:
     """One process's endpoint: a listener, lazily dialled peers, routing, batching.
 
     ``on_message(to, msg)`` is called for every data frame that arrives (``to`` is
@@ -348,7 +348,7 @@ class Node:
     (optional, assignable) when a connection closes, with the addresses that no
     longer have any live peer. For a client that must tell its user why it cannot reach
     the cluster (optional, assignable): ``on_handshake_failed(hostport, reason, by_peer)``
-    when the handshake of a connection this node dialled fails (``by_peer``: the peer
+    when the handshake of a connection this endpoint dialled fails (``by_peer``: the peer
     refused us, else we refused the peer), ``on_dial_failed(hostport, reason)`` when a
     connect fails.
     """
@@ -447,7 +447,7 @@ class Node:
 
     def connect(self, hostport: str) -> None:
         """Dial ``hostport`` now (if not connected or dialling already), so that the peer learns
-        this node's addresses from its hello and can send to them without a route of its own."""
+        this endpoint's addresses from its hello and can send to them without a route of its own."""
         _split_hostport(hostport)
         if hostport not in self._by_peer:
             self._dial(hostport)
@@ -562,7 +562,7 @@ class Node:
             await asyncio.wait_for(self._loop.create_connection(lambda: c, host, port),
                                    self.connect_timeout_s)
         except asyncio.CancelledError:
-            self._forget_dial(c, hp, "node closing")
+            self._forget_dial(c, hp, "endpoint closing")
             raise
         except (OSError, asyncio.TimeoutError) as e:
             back = min(max(self._backoff.get(hp, (0.0, 0.05))[1] * 2, 0.1), self.max_backoff_s)

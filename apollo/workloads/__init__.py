@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from apollo.spec import SpecError, Workload
+from apollo.core.spec import SpecError, Workload
 from apollo.workloads import synthetic
 from apollo.workloads.hawk import read_hawk
 from apollo.workloads.swim import read_swim, sort_and_shift

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from apollo.spec import SpecError, Workload
+from apollo.core.spec import SpecError, Workload
 
 
 

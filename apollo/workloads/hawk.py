@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from apollo.spec import JobSpec, SpecError, StageSpec, Workload
+from apollo.core.spec import JobSpec, SpecError, StageSpec, Workload
 from apollo.workloads.swim import sort_and_shift
 
 HAWK_CPU, HAWK_MEM_GB = 1.0, 2.0

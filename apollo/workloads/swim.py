@@ -56,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from apollo.spec import JobSpec, SpecError, StageSpec, Workload
+from apollo.core.spec import JobSpec, SpecError, StageSpec, Workload
 
 MiB = 1 << 20
 GiB = 1 << 30

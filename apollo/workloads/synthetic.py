@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from apollo.spec import JobSpec, SpecError, StageSpec, Workload
+from apollo.core.spec import JobSpec, SpecError, StageSpec, Workload
 from apollo.workloads.swim import (BLOCK_BYTES, MAP_CPU, MAP_MEM_GB, MiB, REDUCE_BYTES_PER_TASK,
                                    _check_seed, job_rng, mapreduce_job, sort_and_shift)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from apollo.cluster import NODE, RACK, REMOTE
+from apollo.core.cluster import NODE, RACK, REMOTE
 
 from .base import Filter
 from .batch import Batch, Cut

@@ -17,10 +17,10 @@ from collections import Counter
 
 import numpy as np
 
-from apollo.cluster import REMOTE
+from apollo.core.cluster import REMOTE
 
 from .. import estimate as est
-from ..matching import UNMATCHED, greedy_match, seat_match, stable_match
+from ..stable_matching import UNMATCHED, greedy_match, seat_match, stable_match
 from .base import Matcher
 from .batch import Batch
 

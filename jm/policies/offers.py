@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from apollo.cluster import REMOTE
+from apollo.core.cluster import REMOTE
 
-from ..matching import UNMATCHED
+from ..stable_matching import UNMATCHED
 from .batch import Batch
 from .matchers import SlotMatcher
 

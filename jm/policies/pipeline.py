@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from apollo.cluster import REMOTE
+from apollo.core.cluster import REMOTE
 
 from .. import estimate as est
-from ..matching import UNMATCHED
+from ..stable_matching import UNMATCHED
 from ..single import options_one
 from .batch import Batch, Cut
 

@@ -14,7 +14,7 @@ or a dead one, does not answer. Locality and runtime are not weighed, as in Spar
 Sparrow's late binding cannot be done without new messages. In Sparrow, a probe
 leaves a reservation in the worker's queue. When the reservation reaches the front, the worker
 asks the scheduler for a task, and the scheduler hands tasks to the first m to ask and cancels
-the rest. Here a Dispatch (apollo.messages) carries bound TaskSpecs, and a PN (pn.state) queues
+the rest. Here a Dispatch (apollo.core.messages) carries bound TaskSpecs, and a PN (pn.state) queues
 only those. A PN talks to a JM only with StatusBatch (about attempts it holds) and Holding (the
 answer to ProbeJob), so it cannot hold a reservation or ask for work. The nearest thing the
 protocol has is extra attempts: they report their start, and the JM kills those that lost the
@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from apollo.cluster import REMOTE
+from apollo.core.cluster import REMOTE
 
-from ..matching import UNMATCHED
+from ..stable_matching import UNMATCHED
 from .base import Matcher
 from .batch import Batch
 

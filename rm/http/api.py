@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from apollo.client import job_status
-from apollo.records import A_ATTEMPT, A_END, A_HAS_INPUT, A_LOC, A_OUTCOME, A_READY, A_SERVER, A_STAGE, A_START, \
+from apollo.tools.client import job_status
+from apollo.core.records import A_ATTEMPT, A_END, A_HAS_INPUT, A_LOC, A_OUTCOME, A_READY, A_SERVER, A_STAGE, A_START, \
     A_TASK, A_DISPATCH
-from apollo.shapes import GRID
+from apollo.core.shapes import GRID
 
 from .watch import LOCALITY, Watch
 
@@ -33,7 +33,7 @@ class Views:
         self.db = getattr(store, "db", None)       # the RM's SQLite store (names of ended jobs)
         cfg = info["config"]
         n, racks = rm.cfg.servers, int(cfg.get("racks", 1))
-        self.rack_of = (np.arange(n) * racks // n).astype(int)     # as apollo.cluster.Topology deals them
+        self.rack_of = (np.arange(n) * racks // n).astype(int)     # as apollo.core.cluster.Topology deals them
         # the wait for a 1-core task: the smallest shape holding 1 cpu (the RM's grid is PnConfig's)
         self.one_core = GRID.index(1.0, 0.0) if rm.cfg.shapes == GRID.size else 0
 

@@ -3,7 +3,7 @@
 Two sources: gauges read RmState (and the heartbeat tap) when scraped (``StateCollector``);
 counters and histograms are fed by the records of the cluster's folder as rm/http/watch.py folds
 them (``RecordMetrics``: figures that exist only there, such as queue delay and locality,
-defined as in apollo/report.py). Units are in the names (seconds, cores).
+defined as in apollo/tools/report.py). Units are in the names (seconds, cores).
 """
 from __future__ import annotations
 

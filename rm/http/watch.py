@@ -2,7 +2,7 @@
 
 ``HeartbeatTap`` names the per-server running/queued/free-CPU figures the RM keeps from
 heartbeats. ``Watch`` folds the report
-records of the cluster's folder (apollo.client.EventTail, incrementally) into
+records of the cluster's folder (apollo.tools.client.EventTail, incrementally) into
 Prometheus counters and histograms (rm/http/metrics.py), per-job tallies, recent
 events and a short history of the queues' shares, for the API and dashboard.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from apollo.client import EventTail
-from apollo.records import (A_ATTEMPT, A_CPU, A_DISPATCH, A_END, A_HAS_INPUT, A_JOB, A_LOC, A_OUTCOME, A_READY,
+from apollo.tools.client import EventTail
+from apollo.core.records import (A_ATTEMPT, A_CPU, A_DISPATCH, A_END, A_HAS_INPUT, A_JOB, A_LOC, A_OUTCOME, A_READY,
                             A_SERVER, A_STAGE, A_START, A_TASK)
 
 LOCALITY = ("node", "rack", "remote")           # A_LOC codes 0, 1, 2

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from apollo.records import (A_CPU, A_END, A_HAS_INPUT, A_JOB, A_KIND, A_LOC, A_OPP, A_OUTCOME, A_READY, A_STAGE,
+from apollo.core.records import (A_CPU, A_END, A_HAS_INPUT, A_JOB, A_KIND, A_LOC, A_OPP, A_OUTCOME, A_READY, A_STAGE,
                             A_START, A_TASK, CONTROL_EVENTS, KINDS, Recorder)
 from rm.sharing import water_fill
 

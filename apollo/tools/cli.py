@@ -7,19 +7,19 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from apollo.spec import SpecError
+from apollo.core.spec import SpecError
 from jm.policies import PROFILES
 from rm.queues import QueueError
 
 
 def _simulate(args: argparse.Namespace) -> int:
     from apollo.runtime.sim import NetModel
-    from apollo.simulate import SimConfig, run_simulation
+    from apollo.tools.simulate import SimConfig, run_simulation
     from apollo.workloads import load_workload
 
     from apollo.workloads.assign import assign
     from rm.queues import load_queue_file
-    from apollo.stragglers import model as straggler_model
+    from apollo.core.stragglers import model as straggler_model
 
     racks = args.racks or max(1, args.servers // 50)
     workload = load_workload(args.workload, seed=args.seed, cluster_servers=args.servers).first(args.jobs)
@@ -41,7 +41,7 @@ def _simulate(args: argparse.Namespace) -> int:
                     **({"heartbeat_s": args.heartbeat} if args.heartbeat is not None else {}))
     if args.load:
         workload.scaled_to_load(args.load, cfg.servers * cfg.cores)
-    from apollo.simulate import crash_address
+    from apollo.tools.simulate import crash_address
     cfg.net.dup = args.dup
     cfg.jm_hosts = args.jm_hosts
     for spec in args.crash or []:
@@ -66,7 +66,7 @@ def _node(args) -> int:
     import asyncio
     import logging
 
-    from apollo.node import _tight_timers, join_cluster
+    from apollo.tools.process import _tight_timers, join_cluster
     from apollo.runtime.live import run
     folder = Path(args.dir).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
@@ -96,7 +96,7 @@ def _node(args) -> int:
 
 
 def _chaos(args) -> int:
-    from apollo.chaos import run_chaos
+    from apollo.tools.chaos import run_chaos
 
     def progress(r: dict) -> None:
         if r["why"]:
@@ -124,7 +124,7 @@ def _delay(text: str | None) -> tuple[float, float] | None:
 
 def _show(report: dict, json_path: str | None) -> int:
     """Print a run's summary, write its report if asked; the exit code says whether jobs failed."""
-    from apollo.report import summary_lines, write_report
+    from apollo.tools.report import summary_lines, write_report
     print("\n".join(summary_lines(report)))
     if json_path:
         write_report(report, json_path)
@@ -133,7 +133,7 @@ def _show(report: dict, json_path: str | None) -> int:
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    from apollo import livecluster
+    from apollo.tools import livecluster
     folder = Path(args.cluster).expanduser()
     if args.action == "up":
         info = livecluster.up(folder, pns=args.pns, racks=args.racks, procs=args.procs, cpus=args.cpus,
@@ -168,8 +168,8 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from apollo.client import Client
-    from apollo.jobfile import load_job_file
+    from apollo.tools.client import Client
+    from apollo.tools.jobfile import load_job_file
     from apollo.runtime.live import run
     spec = load_job_file(args.jobfile)
 
@@ -189,7 +189,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _retry_note(cmd: str):
-    """An on_retry hook for apollo.client.Client: the first line at once, then one every 5 s."""
+    """An on_retry hook for apollo.tools.client.Client: the first line at once, then one every 5 s."""
     import time
     last = [-1e9]
 
@@ -253,14 +253,14 @@ def _jobs(args: argparse.Namespace) -> int:
 def _job(args: argparse.Namespace) -> int:
     """One job: state, per-stage progress, placements and locality (from the event records),
     and the failure reason (with the failing task's stderr tail) if it failed."""
-    from apollo.client import job_status
-    from apollo.cluster import LOCALITY_NAMES
+    from apollo.tools.client import job_status
+    from apollo.core.cluster import LOCALITY_NAMES
     folder = Path(args.cluster).expanduser()
     st = job_status(folder, args.id) if (folder / "jobs.db").exists() else None
     if st is None:
         print(f"apollo job: no job {args.id} in {folder / 'jobs.db'}", file=sys.stderr)
         return 1
-    from apollo.client import waiting_position
+    from apollo.tools.client import waiting_position
     took = f", {st.finished_at - st.submitted_at:.2f} s" if st.finished_at is not None else ""
     pos = waiting_position(folder, args.id) if st.state == "running" else None
     state = f"waiting for admission in queue {pos[0]} at position {pos[1]}" if pos else st.state
@@ -284,7 +284,7 @@ def _queues(args: argparse.Namespace) -> int:
     and waiting jobs in order."""
     import sqlite3
 
-    from apollo.livecluster import read_info
+    from apollo.tools.livecluster import read_info
     from rm.queues import load_queue_file
     from rm.state import single_queue
     folder = Path(args.cluster).expanduser()
@@ -326,7 +326,7 @@ def _cancel(args: argparse.Namespace) -> int:
     import sqlite3
     import time
 
-    from apollo.client import Client
+    from apollo.tools.client import Client
     from apollo.runtime.live import run
     folder = Path(args.cluster).expanduser()
     if not (folder / "jobs.db").exists():
@@ -358,11 +358,11 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from apollo.livecluster import read_info
-    from apollo.replay import replay
+    from apollo.tools.livecluster import read_info
+    from apollo.tools.replay import replay
     from apollo.runtime.live import run
     from apollo.workloads import load_workload
-    from apollo.client import Client
+    from apollo.tools.client import Client
     folder = Path(args.cluster).expanduser()
     workload = load_workload(args.trace, seed=args.seed,
                              cluster_servers=read_info(folder)["config"]["pns"]).first(args.jobs)
@@ -377,7 +377,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from apollo.demo import demo
+    from apollo.tools.demo import demo
     return demo(Path(args.out), trace=args.trace, pns=args.pns, racks=args.racks, procs=args.procs,
                 jobs=args.jobs, seed=args.seed)
 
@@ -389,7 +389,7 @@ def _bench(args: argparse.Namespace, rest: list[str]) -> int:
     if args.name not in names:
         print(f"apollo bench: unknown benchmark {args.name!r} (known: {', '.join(names)})", file=sys.stderr)
         return 2
-    mod = importlib.import_module(f"bench.{args.name}")
+    mod = importlib.import_module(f"apollo.bench.{args.name}")
     return mod.main(rest)
 
 
@@ -425,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Apollo: dispatch beyond tokens as opportunistic (preemptible) tasks")
     s.add_argument("--dup", type=float, default=0.0, help="chance a message is delivered twice")
     s.add_argument("--stragglers", default="none", choices=["none", "dolly"],
-                   help="per-attempt slowdowns (apollo/stragglers.py): none, or Dolly's heavy tail")
+                   help="per-attempt slowdowns (apollo/core/stragglers.py): none, or Dolly's heavy tail")
     s.add_argument("--no-copies", action="store_true", help="no straggler copies (Apollo's corrections)")
     s.add_argument("--clone-beta", type=float, default=0.05,
                    help="Dolly's clone budget, a fraction of the cores (0: no cloning; clones are made "
@@ -456,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmarks (matching, scale)")
     b.add_argument("name")
 
-    from apollo.livecluster import DEFAULT_DIR
+    from apollo.tools.livecluster import DEFAULT_DIR
     c = sub.add_parser("cluster", help="a local multi-process cluster")
     c.add_argument("action", choices=["up", "status", "down"])
     c.add_argument("--cluster", default=str(DEFAULT_DIR))
@@ -529,7 +529,7 @@ def _cluster_or_error(args: argparse.Namespace) -> None:
     connection warnings are left out (the client says what went wrong itself)."""
     import logging
 
-    from apollo.livecluster import ClusterError, read_info
+    from apollo.tools.livecluster import ClusterError, read_info
     folder = Path(args.cluster).expanduser()
     try:
         info = read_info(folder)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from apollo.effects import Log, Persist, Send, Start
-from apollo.messages import JoinReply, JoinRequest
+from apollo.core.effects import Log, Persist, Send, Start
+from apollo.core.messages import JoinReply, JoinRequest
 
 
 class Registrar:
@@ -28,7 +28,7 @@ class Registrar:
         cfg = info["config"]
         self.pns, self.racks = cfg["pns"], cfg["racks"]
         self.cpus, self.mem_gb = float(cfg["cpus"]), float(cfg["mem_gb"])
-        self.rack_of = (np.arange(self.pns) * self.racks // self.pns).tolist()   # as apollo.cluster.Topology
+        self.rack_of = (np.arange(self.pns) * self.racks // self.pns).tolist()   # as apollo.core.cluster.Topology
         self.joined: dict[str, dict] = {}       # listen address -> its process entry
         self._taken: set[int] = set()
         for p in info["processes"]:

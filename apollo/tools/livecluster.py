@@ -74,9 +74,9 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
        bind: str = "127.0.0.1") -> dict:
     """Start a cluster in ``folder``; returns its info (with ``startup_s``).
 
-    ``io``: fields of apollo.cluster.IoModel for every process (e.g. ``{"init_s": 0.0}`` makes a
+    ``io``: fields of apollo.core.cluster.IoModel for every process (e.g. ``{"init_s": 0.0}`` makes a
     synthetic task with a 0 s duration a true no-op instead of paying the modelled 0.2 s start-up);
-    kept in cluster.json's config, which apollo.node reads. ``queues``: a queue file
+    kept in cluster.json's config, which apollo.tools.process reads. ``queues``: a queue file
     (rm/queues.py), checked here and copied into the folder for the RM. ``http_host``: where the
     RM's HTTP face listens (cluster.json "http"; any address but loopback asks for the token).
     """
@@ -91,7 +91,7 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
     if io:
         from dataclasses import fields
 
-        from apollo.cluster import IoModel
+        from apollo.core.cluster import IoModel
         known = {f.name for f in fields(IoModel)}
         bad = sorted(set(io) - known)
         if bad:
@@ -135,7 +135,7 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
     for p in processes:
         out = open(folder / f"{process_name(p['role'], p['index'])}.out", "ab")
         with out:   # the child keeps its own descriptor
-            child = subprocess.Popen([sys.executable, "-m", "apollo.node", "--cluster", str(folder), "--role",
+            child = subprocess.Popen([sys.executable, "-m", "apollo.tools.process", "--cluster", str(folder), "--role",
                                       p["role"], "--index", str(p["index"])], stdout=out, stderr=out,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         child.returncode = 0   # detached on purpose: `down` stops it by pid; no "still running" warning
@@ -220,7 +220,7 @@ def restart_process(folder: Path, role: str, index: int = 0, timeout_s: float = 
     ready.unlink(missing_ok=True)
     name = process_name(role, index)
     with open(folder / f"{name}.out", "ab") as out:
-        child = subprocess.Popen([sys.executable, "-m", "apollo.node", "--cluster", str(folder), "--role", role,
+        child = subprocess.Popen([sys.executable, "-m", "apollo.tools.process", "--cluster", str(folder), "--role", role,
                                   "--index", str(index)], stdout=out, stderr=out, stdin=subprocess.DEVNULL,
                                  start_new_session=True)
     p["pid"] = child.pid

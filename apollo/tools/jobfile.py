@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from apollo.spec import JobSpec, SpecError, StageSpec
+from apollo.core.spec import JobSpec, SpecError, StageSpec
 
 JOB_KEYS = {"name", "priority", "max_retries", "user", "queue", "stage"}
 STAGE_KEYS = {"name", "tasks", "duration_s", "cpu", "mem_gb", "input_mb", "dataset", "depends_on", "command",

@@ -41,23 +41,26 @@ import time
 from pathlib import Path
 
 # Compiled together (one mypyc group: calls between them are C calls).
-MODULES = ("apollo.clocks", "apollo.effects", "apollo.messages", "apollo.wire", "apollo.records",
+MODULES = ("apollo.core.clocks", "apollo.core.effects", "apollo.core.messages", "apollo.core.wire", "apollo.core.records",
            "apollo.runtime.events", "apollo.runtime.sim", "pn.queue", "pn.state", "jm.attempts", "jm.host", "jm.state",
            "jm.view", "rm.state", "jm.tasks", "jm.placement", "jm.watchdog", "jm.adoption", "jm.giveback",
            "pn.attempt", "pn.config",
            "rm.jobs", "rm.cluster_load", "rm.token_messages", "rm.jm_homes", "rm.queue_limits", "rm.admission",
            "rm.give_back_asks", "rm.allocation_round", "rm.host_reports")
 # The project modules those import: their sources are part of a build's identity too.
-DEPENDS = ("apollo.cluster", "apollo.lifecycle", "apollo.shapes", "apollo.spec",
-           "apollo.stragglers", "apollo.runtime.hugepages", "jm.estimate", "jm.matching", "jm.policies",
+DEPENDS = ("apollo.core.cluster", "apollo.core.lifecycle", "apollo.core.shapes", "apollo.core.spec",
+           "apollo.core.stragglers", "apollo.runtime.hugepages", "jm.estimate", "jm.stable_matching", "jm.policies",
            "jm.policies.batch", "jm.policies.opportunistic", "jm.policies.pipeline", "rm.clones", "rm.queues",
-           "rm.sharing", "rm.store", "jm.config")
+           "rm.sharing", "rm.store", "jm.config", "jm.candidates", "jm.single", "jm.policies.base",
+           "jm.policies.deferral", "jm.policies.delay", "jm.policies.gate", "jm.policies.matchers",
+           "jm.policies.offers", "jm.policies.sparrow", "rm.give_back", "rm.queue_order", "rm.share_capacity",
+           "rm.share_fair", "rm.share_kind", "rm.share_math", "rm.sharing_types")
 # Error codes the checker is told to ignore: none. Types are checked throughout: a compiled
 # function called with the wrong type from compiled code is not checked at run time (a tuple
 # passed for a list[...] crashed the process).
 LENIENT: tuple[str, ...] = ()
 PACKAGES = ("apollo", "jm", "pn", "rm")      # copied for the build (mypy follows their imports)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]      # the project: apollo/tools/native.py
 ENV = "APOLLO_NATIVE"
 CACHE_ENV = "APOLLO_NATIVE_CACHE"
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]

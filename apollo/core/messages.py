@@ -1,6 +1,6 @@
-"""Every message of the protocol: one dataclass each (a C struct once compiled, apollo.native).
+"""Every message of the protocol: one dataclass each (a C struct once compiled, apollo.tools.native).
 
-A field is declared once, with its codec (apollo.wire) as its metadata:
+A field is declared once, with its codec (apollo.core.wire) as its metadata:
 ``tokens: int = field(metadata=NAT)``, ``seq: int = field(default=0, metadata=NAT)``; a class
 that spells out its ``__init__`` keeps its defaults there. ``wire(cls, code)`` below the class
 reads the codecs in field order, which is the order on the wire (tests/messages_wire.hex holds
@@ -90,7 +90,7 @@ JOB = codec(lambda j: [j.name, [_stage_to_wire(s) for s in j.stages], j.arrival_
 @dataclass(init=False)
 class TaskSpec(Message):
     """One attempt of one task as a PN receives it. ``duration_s`` is the modelled compute time;
-    ``kind``: apollo.lifecycle.AttemptKind (a PN reports the start of any but a task's first
+    ``kind``: apollo.core.lifecycle.AttemptKind (a PN reports the start of any but a task's first
     attempt at once: its JM kills the attempts that lost the race)."""
     job_id: int = field(metadata=NAT)
     task: int = field(metadata=NAT)
@@ -275,7 +275,7 @@ wire(KillTask, 6)
 class StatusBatch(Message):
     """PN -> JM: task state changes plus the PN's current wait-time matrix. Times are on the
     PN's clock; ``time``: when it was sent (< 0: unknown), from which the JM host estimates
-    that clock's offset from its own (apollo.clocks)."""
+    that clock's offset from its own (apollo.core.clocks)."""
     job_id: int = field(metadata=NAT)
     server: int = field(metadata=NAT)
     reports: list[TaskReport] = field(metadata=lst(nested(TaskReport)))

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import numpy as np
 
-from apollo.records import A_OUTCOME, A_READY, A_START, Recorder
-from apollo.report import utilization_series
+from apollo.core.records import A_OUTCOME, A_READY, A_START, Recorder
+from apollo.tools.report import utilization_series
 
 
 def _cdf(ax, values, label):

@@ -1,7 +1,7 @@
-"""What a run records as it goes: the actors' Log effects, kept for the report (apollo.report).
+"""What a run records as it goes: the actors' Log effects, kept for the report (apollo.tools.report).
 
 Both runtimes hand every Log effect to a Recorder; the simulator's keeps its attempt records
-packed in an AttemptLog. Compiled with the simulator's hot modules (apollo.native): a
+packed in an AttemptLog. Compiled with the simulator's hot modules (apollo.tools.native): a
 20,000-server run records over a million attempts.
 """
 from __future__ import annotations
@@ -72,7 +72,7 @@ CONTROL_EVENTS = ("adopted", "rehomed", "host_dead", "host_up", "released")
 # What the JMs' corrections did (jm/attempts.py): duplicate triggers fired and duplicates sent, by
 # trigger; straggler copies started.
 CORRECTION_EVENTS = ("dup_trigger", "duplicate", "copy")
-KINDS = ("first", "duplicate", "copy", "clone")     # apollo.lifecycle.AttemptKind, by value
+KINDS = ("first", "duplicate", "copy", "clone")     # apollo.core.lifecycle.AttemptKind, by value
 
 
 @dataclass

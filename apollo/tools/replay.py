@@ -12,10 +12,10 @@ import json
 import time
 from pathlib import Path
 
-from apollo.client import Client
-from apollo.records import Recorder
-from apollo.report import build_report
-from apollo.spec import JobSpec, Workload
+from apollo.tools.client import Client
+from apollo.core.records import Recorder
+from apollo.tools.report import build_report
+from apollo.core.spec import JobSpec, Workload
 
 
 def _speed_up(job: JobSpec, x: float) -> JobSpec:

@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from apollo.runtime.sim import NetModel, Partition
-from apollo.simulate import SimConfig, build, run_report
+from apollo.tools.simulate import SimConfig, build, run_report
 from apollo.workloads import load_workload
 
 DRAIN_S = 900.0         # after the last job's end: time for orphaned attempts to end or be killed
@@ -123,9 +123,9 @@ def _check_answers(client, w) -> str:
 
 
 def _check_after(rt, rec, report, client, w) -> str:
-    for addr, node in rt.nodes.items():
-        pn = node.actor
-        if addr.startswith("pn:") and node.up and (pn.running or pn.queue or pn.opp_queue):
+    for addr, slot in rt.slots.items():
+        pn = slot.actor
+        if addr.startswith("pn:") and slot.up and (pn.running or pn.queue or pn.opp_queue):
             held = len(pn.running) + len(pn.queue) + len(pn.opp_queue)
             return f"{addr} still holds {held} attempts {DRAIN_S:.0f} s after every job ended"
     ok_tasks = sum(w.jobs[i].total_tasks for i, d in client.results.items() if d.ok)

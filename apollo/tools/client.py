@@ -3,7 +3,7 @@
     async with Client("~/.apollo/cluster") as c:
         job_id = await c.submit(spec)
         print(c.status(job_id))            # JobStatus: state, per-stage progress, placements
-        done = await c.wait(job_id)        # apollo.messages.JobDone
+        done = await c.wait(job_id)        # apollo.core.messages.JobDone
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apollo.messages import CancelJob, JobAccepted, JobDone, SubmitJob
+from apollo.core.messages import CancelJob, JobAccepted, JobDone, SubmitJob
 from apollo.runtime.live import LiveRuntime
-from apollo.spec import JobSpec, SpecError
+from apollo.core.spec import JobSpec, SpecError
 
 
 @dataclass
@@ -133,8 +133,8 @@ def job_status(folder: Path, job_id: int, tail: EventTail | None = None) -> JobS
     """A job's state from the RM's store and its attempts from the event records (None: no such job)."""
     import msgpack
 
-    from apollo.messages import JOB
-    from apollo.records import A_HAS_INPUT, A_JOB, A_LOC, A_OUTCOME, A_SERVER, A_STAGE
+    from apollo.core.messages import JOB
+    from apollo.core.records import A_HAS_INPUT, A_JOB, A_LOC, A_OUTCOME, A_SERVER, A_STAGE
     con = sqlite3.connect(f"file:{folder / 'jobs.db'}?mode=ro", uri=True)
     try:
         row = con.execute("SELECT name, spec, state, submitted_at, finished_at, reason FROM jobs WHERE job_id=?",
@@ -190,7 +190,7 @@ class _Inbox:
 
 
 def _cluster_error(text: str) -> Exception:
-    from apollo.livecluster import ClusterError
+    from apollo.tools.livecluster import ClusterError
     return ClusterError(text)
 
 
@@ -201,7 +201,7 @@ class Client:
     not answer in time (``on_retry`` hears about each retry meanwhile)."""
 
     def __init__(self, cluster: str | Path) -> None:
-        from apollo.livecluster import read_info
+        from apollo.tools.livecluster import read_info
         self.folder = Path(cluster).expanduser()
         self.info = read_info(self.folder)
         try:
@@ -224,8 +224,8 @@ class Client:
 
     async def __aenter__(self) -> "Client":
         self.rt = LiveRuntime(self.secret, epoch=self.info.get("epoch"))
-        self.rt.node.on_handshake_failed = self._handshake_failed
-        self.rt.node.on_dial_failed = self._dial_failed
+        self.rt.endpoint.on_handshake_failed = self._handshake_failed
+        self.rt.endpoint.on_dial_failed = self._dial_failed
         self.rt.add(self.address, self.inbox)
         self.rt.add_route("rm", self.info["rm"])
         hosts = [p for p in self.info["processes"] if p["role"] == "jm"]
@@ -234,9 +234,9 @@ class Client:
         await self.rt.start(listen_port=0)
         # Connected to every JM host from the start, the one running a job can tell this client
         # that it finished itself (the RM's copy of JobDone comes a hop later).
-        self.rt.node.connect(self.info["rm"])
+        self.rt.endpoint.connect(self.info["rm"])
         for p in hosts:
-            self.rt.node.connect(p["address"])
+            self.rt.endpoint.connect(p["address"])
         return self
 
     # ---- errors a user can act on -------------------------------------------------------
@@ -267,7 +267,7 @@ class Client:
 
     def _rm_ready(self) -> bool:
         rm = self.info["rm"]
-        return any(listen == rm or name == rm for name, listen, _ in self.rt.node.peers())
+        return any(listen == rm or name == rm for name, listen, _ in self.rt.endpoint.peers())
 
     def _not_answering(self, retry_s: float | None = None, gave_up_s: float | None = None) -> str:
         """A line about an RM that does not answer: while retrying, or having given up."""
@@ -296,7 +296,7 @@ class Client:
                 next_note = now + RETRY_S
                 if self.on_retry is not None:
                     self.on_retry(self._not_answering(retry_s=deadline - now))
-            self.rt.node.connect(self.info["rm"])      # (no-op while dialling or backing off)
+            self.rt.endpoint.connect(self.info["rm"])      # (no-op while dialling or backing off)
             await asyncio.sleep(0.02)
         self._check()
 

@@ -1,4 +1,4 @@
-"""One process of a local live cluster: `python -m apollo.node --cluster DIR --role ROLE [--index K]`.
+"""One process of a local live cluster: `python -m apollo.tools.process --cluster DIR --role ROLE [--index K]`.
 
 Roles: ``rm`` (the Resource Monitor with its SQLite job store), ``jm`` (a JM host)
 and ``pn`` (a host of several PN actors). Addresses come from DIR/cluster.json,
@@ -19,10 +19,10 @@ import signal
 import sys
 from pathlib import Path
 
-from apollo.cluster import IoModel, Topology
-from apollo.join import JoinStore, Registrar
-from apollo.livecluster import process_name
-from apollo.messages import JoinReply, JoinRequest
+from apollo.core.cluster import IoModel, Topology
+from apollo.tools.join import JoinStore, Registrar
+from apollo.tools.livecluster import process_name
+from apollo.core.messages import JoinReply, JoinRequest
 from apollo.runtime.live import LiveRuntime, run
 from jm.host import JmHost
 from jm.policies import profile as find_profile
@@ -220,9 +220,9 @@ async def join_cluster(rm: str, secret: bytes, kind: str, folder: Path, *, pns: 
                        stop: "asyncio.Event | None" = None) -> dict:
     """Join the cluster whose RM listens at ``rm`` as ``pns`` PNs (kind "pn") or a JM host (kind
     "jm"), listening on ``bind``; run until ``stop`` is set (or SIGTERM/SIGINT). This process
-    keeps its own clock (its origin is its start; apollo.clocks turns other processes' times
+    keeps its own clock (its origin is its start; apollo.core.clocks turns other processes' times
     into it). Its logs and records go to ``folder``. Returns the process entry it was given."""
-    from apollo.livecluster import ClusterError
+    from apollo.tools.livecluster import ClusterError
     folder.mkdir(parents=True, exist_ok=True)
     tag = f"{kind}-{secrets.token_hex(3)}"
     rt = LiveRuntime(secret, log_sink=EventFile(folder / f"events-joined-{tag}.jsonl"),
@@ -244,7 +244,7 @@ async def join_cluster(rm: str, secret: bytes, kind: str, folder: Path, *, pns: 
                 await rt.stop()
                 raise ClusterError(f"the RM at {rm} did not answer a join for {timeout_s:.0f} s (is it up? is the "
                                    f"secret the cluster's?)") from None
-            logging.getLogger("apollo.join").warning("the RM at %s has not answered yet; asking again", rm)
+            logging.getLogger("apollo.tools.join").warning("the RM at %s has not answered yet; asking again", rm)
     r = answer.reply
     if not r.ok:
         await rt.stop()
@@ -265,10 +265,10 @@ async def join_cluster(rm: str, secret: bytes, kind: str, folder: Path, *, pns: 
             pass
     if ready is not None:
         ready.set()
-    logging.getLogger("apollo.join").info("joined as %s %s: %s", kind, r.index, r.servers)
+    logging.getLogger("apollo.tools.join").info("joined as %s %s: %s", kind, r.index, r.servers)
     while not stop.is_set():
         for a in peers:
-            rt.node.connect(a)
+            rt.endpoint.connect(a)
         try:
             await asyncio.wait_for(stop.wait(), 1.0)
         except asyncio.TimeoutError:
@@ -293,7 +293,7 @@ def _tight_timers() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="apollo.node")
+    p = argparse.ArgumentParser(prog="apollo.tools.process")
     p.add_argument("--cluster", required=True)
     p.add_argument("--role", required=True, choices=["rm", "jm", "pn"])
     p.add_argument("--index", type=int, default=0)

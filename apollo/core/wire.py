@@ -1,7 +1,7 @@
 """The wire format: field codecs, the Message base and the framing of every message.
 
 On the wire a message is a msgpack array ``[code, field1, field2, ...]``. A message class
-(apollo.messages) declares every field once, with its codec as the field's metadata
+(apollo.core.messages) declares every field once, with its codec as the field's metadata
 (``job_id: int = field(metadata=NAT)``), and ``wire(cls, code)`` below it reads them.
 ``decode`` checks the code, the arity and every field, and raises WireError naming the message
 and the field. Numeric arrays travel as raw little-endian bytes (msgpack bin) so a
@@ -174,7 +174,7 @@ class Message:
     ``frozen``: a frozen dataclass sets each field through ``object.__setattr__``, which makes
     a TaskSpec cost 1.5 us instead of 0.2 us, and the hot paths make several per task. The
     messages made once or more per task (TaskSpec, TaskReport, Dispatch, StatusBatch, ...) spell
-    out their ``__init__``: compiled (apollo.native), such a class is a C struct made in ~30 ns,
+    out their ``__init__``: compiled (apollo.tools.native), such a class is a C struct made in ~30 ns,
     where a generated ``__init__`` would still run as Python (they declare no defaults in their
     fields: the ``__init__`` holds them). ``wire`` (below each class) reads the fields' codecs and
     gives the class its code."""

@@ -8,7 +8,7 @@ from typing import Any
 @dataclass(slots=True)
 class Send:
     to: str            # actor address: "rm", "pn:17", "jm:42", "client:..."
-    msg: Any           # an apollo.messages message
+    msg: Any           # an apollo.core.messages message
 
 
 @dataclass(slots=True)
@@ -25,9 +25,9 @@ class CancelTimer:
 @dataclass(slots=True)
 class Launch:
     """PN only: start running a task. The runtime answers with a TaskExited event."""
-    task: Any          # apollo.messages.TaskSpec
-    locality: int      # apollo.cluster.NODE/RACK/REMOTE: how far its input is
-    slowdown: float = 1.0   # its compute time runs this many times the modelled (apollo.stragglers)
+    task: Any          # apollo.core.messages.TaskSpec
+    locality: int      # apollo.core.cluster.NODE/RACK/REMOTE: how far its input is
+    slowdown: float = 1.0   # its compute time runs this many times the modelled (apollo.core.stragglers)
 
 
 @dataclass(slots=True)
@@ -54,7 +54,7 @@ class Persist:
 
 @dataclass(slots=True)
 class Log:
-    """A record for the run's report (apollo.report) or the process log; ``kind`` names it."""
+    """A record for the run's report (apollo.tools.report) or the process log; ``kind`` names it."""
     kind: str
     data: tuple
 

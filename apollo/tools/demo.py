@@ -15,10 +15,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from apollo import livecluster
-from apollo.plots import write_plots
-from apollo.replay import replay
-from apollo.report import write_report
+from apollo.tools import livecluster
+from apollo.tools.plots import write_plots
+from apollo.tools.replay import replay
+from apollo.tools.report import write_report
 from apollo.runtime.live import run
 from apollo.workloads import load_workload
 

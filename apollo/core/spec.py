@@ -5,7 +5,7 @@ per-task ``durations_s`` are the *modelled compute time* of each task (the
 truth the simulator and synthetic live tasks use); schedulers never read them
 directly: they see only ``estimate_s`` (the stage's declared mean) and refine
 it from finished tasks. Input I/O time comes on top, by the locality a task
-gets (see apollo.cluster.IoModel).
+gets (see apollo.core.cluster.IoModel).
 """
 from __future__ import annotations
 

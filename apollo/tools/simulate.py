@@ -6,14 +6,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from apollo.cluster import IoModel, Topology
-from apollo.effects import Send, SetTimer, Timer
-from apollo.messages import JobAccepted, JobDone, SubmitJob
-from apollo.records import AttemptLog, Recorder
-from apollo.report import build_report
+from apollo.core.cluster import IoModel, Topology
+from apollo.core.effects import Send, SetTimer, Timer
+from apollo.core.messages import JobAccepted, JobDone, SubmitJob
+from apollo.core.records import AttemptLog, Recorder
+from apollo.tools.report import build_report
 from apollo.runtime.sim import NetModel, SimRuntime
-from apollo.spec import Workload
-from apollo.stragglers import NONE as NO_STRAGGLERS, StragglerModel
+from apollo.core.spec import Workload
+from apollo.core.stragglers import NONE as NO_STRAGGLERS, StragglerModel
 from jm.config import AttemptsConfig, DispatchConfig, JmConfig, PlacementConfig
 from jm.host import JmHost
 from jm.policies import profile as find_profile
@@ -51,7 +51,7 @@ class SimConfig:
     fail_prob: float = 0.0           # chance a task attempt fails (a flaky machine, a bad input)
     slow_fraction: float = 0.0       # fraction of servers that run tasks slower (stragglers)
     slow_factor: float = 3.0
-    # Per-attempt stragglers (apollo.stragglers; Dolly's figures); the JMs' straggler copies
+    # Per-attempt stragglers (apollo.core.stragglers; Dolly's figures); the JMs' straggler copies
     # (Apollo's corrections); Dolly's clone budget, a fraction of the cores (0: no cloning), for
     # a straggler chance of clone_p (None: the straggler model's own p, as an operator who
     # measured the cluster would set it).
@@ -221,7 +221,7 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
         rt.call_at(at, lambda i=i: rt.deliver_now("client", Submit(i)))
     for t, who, down_for in cfg.crashes:
         addr = crash_address(who)
-        if addr not in rt.nodes:
+        if addr not in rt.slots:
             raise ValueError(f"--crash: no actor {who!r} in this cluster")
         rt.call_at(t, lambda a=addr: rt.crash(a))
         rt.call_at(t + down_for, lambda a=addr: rt.restart(a, new_actor(a)))
