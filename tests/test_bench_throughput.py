@@ -32,8 +32,11 @@ from helpers import Rng, await_holds_for, await_until, task
 @pytest.mark.slow
 def test_tiny_bench_through_the_cli_writes_sane_numbers(tmp_path):
     out = tmp_path / "tp.json"
+    # (interpreted: building the compiled modules takes a minute or two, and test_native already
+    # builds them and checks that child processes load them)
     rc = cli_main(["bench", "throughput", "--noop-tasks", "300", "--wide-noop-tasks", "300",
-                   "--roundtrips", "10", "--short-tasks", "40", "--short-ms", "10", "--json", str(out)])
+                   "--roundtrips", "10", "--short-tasks", "40", "--short-ms", "10", "--native", "off",
+                   "--json", str(out)])
     assert rc == 0
     res = json.loads(out.read_text())
     a = res["apollo"]
