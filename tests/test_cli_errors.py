@@ -77,8 +77,15 @@ def test_a_damaged_cluster_folder_is_said_so(tmp_path, jobfile):
     r, _ = apollo("submit", str(jobfile), "--cluster", str(folder))
     no_traceback(r)
     assert r.returncode == 1 and "is not a cluster description" in r.stderr, r.stderr
-    # cluster.json without the secret next to it (copied alone from another machine, say)
+    # a cluster none of whose processes is alive: said to be down
     (folder / "cluster.json").write_text('{"rm": "127.0.0.1:9", "processes": [], "config": {}}')
+    r, _ = apollo("submit", str(jobfile), "--cluster", str(folder))
+    no_traceback(r)
+    assert r.returncode == 1 and f"the cluster in {folder} is not running" in r.stderr, r.stderr
+    # cluster.json without the secret next to it (copied alone from another machine, say); one of
+    # its processes alive (this one stands in for it)
+    (folder / "cluster.json").write_text('{"rm": "127.0.0.1:9", "config": {}, "processes": [{"role": "rm", '
+                                         f'"index": 0, "address": "127.0.0.1:9", "pid": {os.getpid()}}}]}}')
     r, _ = apollo("submit", str(jobfile), "--cluster", str(folder))
     no_traceback(r)
     assert r.returncode == 1 and f"no secret file {folder / 'secret'}" in r.stderr, r.stderr

@@ -19,7 +19,7 @@ ROOT = native.ROOT
 
 
 def _copy_sources(dest: Path) -> None:
-    for m in native.MODULES + native.DEPENDS + ("apollo.tools.cli",):
+    for m in native.MODULES + native.DEPENDS + ("apollo.tools.cli.offline",):
         src = native._source(m)
         out = dest / src.relative_to(ROOT)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -30,7 +30,7 @@ def test_a_build_is_named_after_the_sources_it_is_compiled_from_and_against(tmp_
     _copy_sources(tmp_path)
     key = native.build_key(tmp_path)
     assert key == native.build_key(tmp_path)
-    native._source("apollo.tools.cli", tmp_path).write_text("# not compiled, not imported by what is\n")
+    native._source("apollo.tools.cli.offline", tmp_path).write_text("# not compiled, not imported by what is\n")
     assert native.build_key(tmp_path) == key
     for m in ("pn.state", "apollo.core.messages"):        # compiled; imported by what is
         p = native._source(m, tmp_path)

@@ -68,6 +68,17 @@ def read_info(folder: Path) -> dict:
         raise ClusterError(f"no cluster in {folder} (run `apollo cluster up --cluster {folder}`)") from None
 
 
+def running(folder: Path, info: dict | None = None) -> tuple[bool, str]:
+    """Whether the cluster in ``folder`` is running, and if not, why (for a one-line message)."""
+    info = read_info(folder) if info is None else info
+    if info.get("stopped_at"):
+        return False, "stopped by `apollo cluster down`"
+    pids = [p.get("pid") for p in info.get("processes", [])] + [info.get("supervisor", {}).get("pid")]
+    if not any(pid and _alive(pid) for pid in pids):
+        return False, "none of its processes is alive"
+    return True, ""
+
+
 def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float = 2.0, mem_gb: float = 8.0,
        scheduler: str = "apollo", timeout_s: float = 15.0, io: dict | None = None,
        queues: str | Path | None = None, http_host: str = "127.0.0.1", jm_hosts: int = 2,
@@ -80,13 +91,17 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
     (rm/queues.py), checked here and copied into the folder for the RM. ``http_host``: where the
     RM's HTTP face listens (cluster.json "http"; any address but loopback asks for the token).
     """
-    folder.mkdir(parents=True, exist_ok=True)
+    # Everything is checked before anything is started or written: a refused start leaves no trace.
     if (folder / "cluster.json").exists():
         old = json.loads((folder / "cluster.json").read_text())
         if any(p.get("pid") and _alive(p["pid"]) for p in old.get("processes", [])):
             raise ClusterError(f"a cluster is already running in {folder}; `apollo cluster down` it first")
     if not (1 <= racks <= pns) or procs < 0:
         raise ClusterError(f"need 1 <= racks <= pns and procs >= 0 (pns={pns}, racks={racks}, procs={procs})")
+    if not (cpus > 0 and mem_gb > 0):
+        raise ClusterError(f"each PN needs cpus > 0 and mem_gb > 0 (cpus={cpus}, mem_gb={mem_gb})")
+    if jm_hosts < 1:
+        raise ClusterError(f"need at least one JM host (--jm-hosts {jm_hosts})")
     procs = min(procs, pns)       # 0: no PN here; they join from other machines (apollo node join)
     if io:
         from dataclasses import fields
@@ -105,14 +120,19 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
         except QueueError as e:
             raise ClusterError(str(e)) from None
         tree_text = Path(queues).read_text()
+    for host in dict.fromkeys((bind, http_host)):
+        try:
+            _free_ports(1, host)
+        except OSError as e:
+            raise ClusterError(f"cannot listen on {host}: {e.strerror or e} (is it an address of this machine?)") \
+                from None
+    ports = _free_ports(2 + jm_hosts + procs, bind)   # the last one: the RM's HTTP face (rm/http/server.py)
+    folder.mkdir(parents=True, exist_ok=True)
     for f in folder.glob("ready-*"):
         f.unlink()
     secret_path = folder / "secret"
     secret_path.write_text(secrets.token_hex(32))
     os.chmod(secret_path, 0o600)
-    if jm_hosts < 1:
-        raise ClusterError(f"need at least one JM host (--jm-hosts {jm_hosts})")
-    ports = _free_ports(2 + jm_hosts + procs, bind)      # the last one: the RM's HTTP face (rm/http/server.py)
     processes = [{"role": "rm", "index": 0, "address": f"{bind}:{ports[0]}"}]
     for k in range(jm_hosts):
         processes.append({"role": "jm", "index": k, "address": f"{bind}:{ports[1 + k]}"})
@@ -182,6 +202,10 @@ def down(folder: Path, grace_s: float = 5.0) -> list[str]:
             lines.append(f"{p['role']}{p['index']} (pid {p['pid']}) stopped")
     for f in folder.glob("ready-*"):
         f.unlink()
+    info["stopped_at"] = time.time()
+    tmp = folder / "cluster.json.tmp"
+    tmp.write_text(json.dumps(info, indent=2))
+    tmp.replace(folder / "cluster.json")
     return lines
 
 
