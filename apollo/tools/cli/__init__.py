@@ -2,7 +2,8 @@
 
 - cli.offline: simulate, chaos, bench, demo (this machine alone);
 - cli.cluster: cluster up|status|down, node join, dashboard;
-- cli.jobs: submit, jobs, job, cancel, queues, replay (a live cluster's jobs).
+- cli.jobs: submit, jobs, cancel, queues, replay (a live cluster's jobs);
+- cli.tasks: job (one job's tasks: outcomes, placements, failures).
 
 Every error a user can act on ends in one line on stderr and a non-zero exit: 2 for a bad
 invocation (a value out of range, a file that does not parse), 1 for a cluster that cannot
@@ -19,10 +20,10 @@ from pathlib import Path
 from apollo.core.spec import SpecError
 from rm.queues import QueueError
 
-from . import cluster, jobs, offline
+from . import cluster, jobs, offline, tasks
 from .options import Parser
 
-COMMAND_MODULES = (offline, cluster, jobs)
+COMMAND_MODULES = (offline, cluster, jobs, tasks)
 
 
 def build_parser() -> argparse.ArgumentParser:
