@@ -24,13 +24,13 @@ JSON: {"scheduler", "mode", "size", "reclaim_timeout_s", "guarantee_back_after_s
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from apollo.core.spec import JobSpec, StageSpec
+from apollo.tools.cli.options import Parser, count
 
 from .common import axes, save_plot, write_json
 from .sharing import Scenario, back_after, longest_below, run_live, run_sim, short_at
@@ -81,14 +81,14 @@ def measure(scn: Scenario, run, scheduler: str, size: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="apollo bench capacity", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="apollo bench capacity", description=__doc__.split("\n\n")[0])
     p.add_argument("--scheduler", default="apollo", help="the profile (default: apollo)")
     p.add_argument("--live", action="store_true", help="run it on a live local cluster (about a minute)")
     p.add_argument("--size", choices=sorted(SIZES), help="paper (simulated default) or live (--live's default)")
-    p.add_argument("--queues", default=str(QUEUES))
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--json")
-    p.add_argument("--plot", metavar="PNG")
+    p.add_argument("--queues", default=str(QUEUES), help="the queue file (TOML)")
+    p.add_argument("--seed", type=count(0), default=1, help="the random seed (default 1)")
+    p.add_argument("--json", help="write the results (report JSON) here")
+    p.add_argument("--plot", metavar="PNG", help="write a plot (PNG) here")
     a = p.parse_args(argv)
     size = a.size or ("live" if a.live else "paper")
     scn = scenario(size, a.seed, a.queues)

@@ -14,12 +14,13 @@ JSON: {"rows": [{"workload", "load", "scheduler", "mean", "p50", "p95", "node_lo
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
 from apollo.tools.simulate import SimConfig, run_simulation
 from apollo.workloads import load_workload
+from apollo.tools.cli.options import Parser, count, listing, number
+from jm.policies import PROFILES
 
 from .common import shared_trace, write_json
 
@@ -47,19 +48,21 @@ def strip(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="apollo bench compare", description=__doc__.split("\n\n")[0])
-    p.add_argument("--workloads", default=",".join(WORKLOADS))
-    p.add_argument("--loads", default="0.7,0.85,0.95")
-    p.add_argument("--schedulers", default="apollo,greedy,fifo,sparrow")
-    p.add_argument("--seed", type=int, default=3)
-    p.add_argument("--json")
+    p = Parser(prog="apollo bench compare", description=__doc__.split("\n\n")[0])
+    p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated workloads: trace files or generators (default: the comparison table's)")
+    p.add_argument("--loads", type=listing(number(0, 10, lo_open=True)), default=[0.7, 0.85, 0.95], 
+                   help="comma-separated CPU loads, each in (0, 10] (default 0.7,0.85,0.95)")
+    p.add_argument("--schedulers", type=listing(tuple(PROFILES)), default=["apollo", "greedy", "fifo", "sparrow"], 
+                   help="comma-separated profiles (default apollo,greedy,fifo,sparrow)")
+    p.add_argument("--seed", type=count(0), default=3, help="the random seed (default 3)")
+    p.add_argument("--json", help="write the results (report JSON) here")
     a = p.parse_args(argv)
     names = [w for w in a.workloads.split(",") if w]
     for w in names:
         if w not in WORKLOADS:
             raise SystemExit(f"unknown workload {w!r}; choose from {', '.join(WORKLOADS)}")
-    loads = [float(x) for x in a.loads.split(",") if x]
-    scheds = [s for s in a.schedulers.split(",") if s]
+    loads = list(a.loads)
+    scheds = list(a.schedulers)
     rows = []
     print(f"{'workload':<12} {'load':>5} {'scheduler':<9} {'mean s':>8} {'p50 s':>7} {'p95 s':>8} {'node loc':>9}")
     first = None

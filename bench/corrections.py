@@ -18,7 +18,6 @@ JSON: {"duplicates": {"triggered_frac", "success_frac", "by_trigger"}, "opportun
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
@@ -27,6 +26,7 @@ from apollo.core.records import A_DISPATCH, A_END, A_KIND, A_OPP, A_OUTCOME, A_R
 from apollo.tools.report import _busy_integral, attempt_figures, utilization_series
 from apollo.tools.simulate import SimConfig
 from apollo.workloads import load_workload
+from apollo.tools.cli.options import Parser, count, number
 
 from .common import run, shared_trace, write_json
 
@@ -49,14 +49,14 @@ def utilization_while_waiting(rec, capacity: float) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="apollo bench corrections", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="apollo bench corrections", description=__doc__.split("\n\n")[0])
     p.add_argument("--trace", default=None, help=f"a SWIM trace (default: ../shared/traces/{TRACE})")
-    p.add_argument("--servers", type=int, default=400)
-    p.add_argument("--racks", type=int, default=8)
-    p.add_argument("--load", type=float, default=0.95)
-    p.add_argument("--jobs", type=int, default=1500)
-    p.add_argument("--seeds", type=int, default=2)
-    p.add_argument("--json")
+    p.add_argument("--servers", type=count(1), default=400, help="servers in the simulated cluster (default 400)")
+    p.add_argument("--racks", type=count(1), default=8, help="racks (default 8)")
+    p.add_argument("--load", type=number(0, 10, lo_open=True), default=0.95, help="CPU utilization the arrivals are scaled to (default 0.95)")
+    p.add_argument("--jobs", type=count(1), default=1500, help="the workload's first K jobs (default 1500)")
+    p.add_argument("--seeds", type=count(1), default=2, help="seeds per cell (medians are reported) (default 2)")
+    p.add_argument("--json", help="write the results (report JSON) here")
     a = p.parse_args(argv)
     trace = a.trace or shared_trace(TRACE)
     cores = 4.0

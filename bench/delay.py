@@ -22,13 +22,13 @@ profile's under "by_scheduler".
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
 
 from apollo.tools.simulate import SimConfig, run_simulation
 from apollo.core.spec import JobSpec, StageSpec, Workload
+from apollo.tools.cli.options import Parser, count, number, positive
 
 from .common import axes, save_plot, write_json
 
@@ -75,18 +75,18 @@ def curves(a, scheduler: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="apollo bench delay", description=__doc__.split("\n\n")[0])
-    p.add_argument("--servers", type=int, default=100)
-    p.add_argument("--cores", type=float, default=2.0, help="slots (cores) per server")
-    p.add_argument("--jobs", type=int, default=200)
-    p.add_argument("--active", type=int, default=50, help="jobs in flight (a closed loop)")
-    p.add_argument("--task-s", type=float, default=10.0, help="median map compute time")
+    p = Parser(prog="apollo bench delay", description=__doc__.split("\n\n")[0])
+    p.add_argument("--servers", type=count(1), default=100, help="servers in the simulated cluster (default 100)")
+    p.add_argument("--cores", type=number(1), default=2.0, help="slots (cores) per server")
+    p.add_argument("--jobs", type=count(1), default=200, help="the workload's first K jobs (default 200)")
+    p.add_argument("--active", type=count(1), default=50, help="jobs in flight (a closed loop)")
+    p.add_argument("--task-s", type=positive, default=10.0, help="median map compute time")
     p.add_argument("--scheduler", default="hfs-delay,apollo",
                    help="the profiles delay scheduling is added to, comma-separated (the first one's figures are "
                         "the JSON's top level: by default the paper's slot scheduler, then apollo)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--json")
-    p.add_argument("--plot", metavar="PNG")
+    p.add_argument("--seed", type=count(0), default=1, help="the random seed (default 1)")
+    p.add_argument("--json", help="write the results (report JSON) here")
+    p.add_argument("--plot", metavar="PNG", help="write a plot (PNG) here")
     a = p.parse_args(argv)
     names = [x for x in a.scheduler.split(",") if x]
     runs = {name: curves(a, name) for name in names}

@@ -30,7 +30,6 @@ JSON: {"beta", "small_job_mean_s": {"none", "copies", "dolly"}, "slowest_over_me
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -43,6 +42,7 @@ from apollo.tools.report import SMALL_JOB_TASKS
 from apollo.tools.simulate import SimConfig
 from apollo.core.stragglers import DOLLY
 from apollo.workloads import load_workload
+from apollo.tools.cli.options import Parser, count, fraction, number
 
 from .common import axes, run, save_plot, shared_trace, write_json
 
@@ -97,18 +97,18 @@ def run_mode(trace: str, servers: int, racks: int, load: float, jobs: int, beta:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="apollo bench dolly", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="apollo bench dolly", description=__doc__.split("\n\n")[0])
     p.add_argument("--trace", default=None, help=f"a SWIM trace (default: ../shared/traces/{TRACE})")
-    p.add_argument("--servers", type=int, default=400)
-    p.add_argument("--racks", type=int, default=8)
-    p.add_argument("--load", type=float, default=0.3,
+    p.add_argument("--servers", type=count(1), default=400, help="servers in the simulated cluster (default 400)")
+    p.add_argument("--racks", type=count(1), default=8, help="racks (default 8)")
+    p.add_argument("--load", type=number(0, 10, lo_open=True), default=0.3,
                    help="the load with stragglers (Dolly clones only below 80%% utilization: at 0.5 FB-2009's big jobs keep the cluster above it a fifth of the time)")
-    p.add_argument("--jobs", type=int, default=1500, help="the trace's first K jobs")
-    p.add_argument("--beta", type=float, default=0.05, help="the clone budget, a fraction of the cores")
-    p.add_argument("--seeds", type=int, default=6)
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="simulations run at once")
-    p.add_argument("--json")
-    p.add_argument("--plot", metavar="PNG")
+    p.add_argument("--jobs", type=count(1), default=1500, help="the trace's first K jobs")
+    p.add_argument("--beta", type=fraction, default=0.05, help="the clone budget, a fraction of the cores")
+    p.add_argument("--seeds", type=count(1), default=6, help="seeds per cell (medians are reported) (default 6)")
+    p.add_argument("--workers", type=count(1), default=os.cpu_count() or 1, help="simulations run at once")
+    p.add_argument("--json", help="write the results (report JSON) here")
+    p.add_argument("--plot", metavar="PNG", help="write a plot (PNG) here")
     a = p.parse_args(argv)
     trace = a.trace or shared_trace(TRACE)
     pooled = {m: {"small": [], "ratios": [], "lost_cpu_s": 0.0, "won_cpu_s": 0.0, "cluster_cpu_s": 0.0}

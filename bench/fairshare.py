@@ -20,12 +20,12 @@ JSON: {"scheduler", "mode", "size", "task_s", "tfair_s", "to_fair_share_s": {"pr
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
 
 from apollo.core.spec import JobSpec, StageSpec
+from apollo.tools.cli.options import Parser, count, positive
 
 from .common import axes, save_plot, write_json
 from .sharing import Scenario, back_after, run_live, run_sim, short_at
@@ -66,15 +66,15 @@ def one(preempt: bool, a, size: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="apollo bench fairshare", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="apollo bench fairshare", description=__doc__.split("\n\n")[0])
     p.add_argument("--scheduler", default="apollo", help="the profile (default: apollo)")
     p.add_argument("--live", action="store_true", help="run it on a live local cluster (about a minute a run)")
     p.add_argument("--size", choices=sorted(SIZES), help="paper (simulated default) or live (--live's default)")
-    p.add_argument("--task-s", type=float, help="pool 1's task length (default: the size's)")
-    p.add_argument("--tfair", type=float, default=5.0, help="pool 2's fair-share timeout")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--json")
-    p.add_argument("--plot", metavar="PNG")
+    p.add_argument("--task-s", type=positive, help="pool 1's task length (default: the size's)")
+    p.add_argument("--tfair", type=positive, default=5.0, help="pool 2's fair-share timeout")
+    p.add_argument("--seed", type=count(0), default=1, help="the random seed (default 1)")
+    p.add_argument("--json", help="write the results (report JSON) here")
+    p.add_argument("--plot", metavar="PNG", help="write a plot (PNG) here")
     a = p.parse_args(argv)
     size = a.size or ("live" if a.live else "paper")
     with_, without = one(True, a, size), one(False, a, size)

@@ -86,7 +86,6 @@ paper's greedy baseline (random order, own completion time), greedy's mean compl
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -94,6 +93,7 @@ import time
 from typing import Sequence
 
 import numpy as np
+from apollo.tools.cli.options import Parser, count
 from scipy.optimize import linear_sum_assignment
 
 from jm.stable_matching import UNMATCHED, stable_match
@@ -401,14 +401,14 @@ def plot(result: dict, png_path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="apollo bench matching",
+    ap = Parser(prog="apollo bench matching",
                                  description="Greedy vs stable vs optimal matching "
                                              "(Apollo paper, Figure 12).")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
     ap.add_argument("--plot", metavar="PNG", help="write a plot")
-    ap.add_argument("--reps", type=int, default=DEFAULT_REPS, help="instances per N")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-rounds", type=int, default=None,
+    ap.add_argument("--reps", type=count(1), default=DEFAULT_REPS, help="instances per N")
+    ap.add_argument("--seed", type=count(0), default=0, help="the random seed (default 0)")
+    ap.add_argument("--max-rounds", type=count(1), default=None,
                     help="stable_match rounds per batch (default: until converged)")
     args = ap.parse_args(argv)
     if args.reps < 1:

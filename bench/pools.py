@@ -14,13 +14,13 @@ one order, plus each run's report under "reports" (without the per-attempt detai
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from apollo.tools.simulate import SimConfig, run_simulation
 from apollo.workloads import load_workload
 from apollo.workloads.assign import assign
+from apollo.tools.cli.options import Parser, count, number
 from rm.queues import load_queue_file
 
 from .common import write_json
@@ -31,18 +31,18 @@ QUEUES = ROOT / "examples" / "queues" / "three-pools.toml"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="apollo bench pools", description=__doc__.split("\n\n")[0])
-    p.add_argument("--trace", default=str(TRACE))
-    p.add_argument("--queues", default=str(QUEUES))
-    p.add_argument("--assign", default="size")
-    p.add_argument("--jobs", type=int, default=3000)
-    p.add_argument("--servers", type=int, default=1000)
-    p.add_argument("--racks", type=int, default=20)
-    p.add_argument("--load", type=float, default=0.9)
-    p.add_argument("--seed", type=int, default=1)
+    p = Parser(prog="apollo bench pools", description=__doc__.split("\n\n")[0])
+    p.add_argument("--trace", default=str(TRACE), help="a SWIM trace")
+    p.add_argument("--queues", default=str(QUEUES), help="the queue file (TOML)")
+    p.add_argument("--assign", default="size", help="how jobs spread over the queues (apollo simulate --assign) (default size)")
+    p.add_argument("--jobs", type=count(1), default=3000, help="the workload's first K jobs (default 3000)")
+    p.add_argument("--servers", type=count(1), default=1000, help="servers in the simulated cluster (default 1000)")
+    p.add_argument("--racks", type=count(1), default=20, help="racks (default 20)")
+    p.add_argument("--load", type=number(0, 10, lo_open=True), default=0.9, help="CPU utilization the arrivals are scaled to (default 0.9)")
+    p.add_argument("--seed", type=count(0), default=1, help="the random seed (default 1)")
     p.add_argument("--scheduler", default="apollo", help="the profile compared with fifo and hfs-delay")
     p.add_argument("--schedulers", help="the profiles to run, comma-separated (default: fifo,hfs-delay,SCHEDULER)")
-    p.add_argument("--json")
+    p.add_argument("--json", help="write the results (report JSON) here")
     a = p.parse_args(argv)
     tree = load_queue_file(a.queues)
     leaves = [q.path for q in tree.leaves()]

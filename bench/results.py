@@ -16,12 +16,12 @@ rewrites the part above and keeps everything from the marker on, so it never los
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import platform
 import sys
+from apollo.tools.cli.options import Parser
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -327,7 +327,7 @@ def page(files: Loaded, source: str, previous: str | None, today: str, host: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="apollo bench results", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="apollo bench results", description=__doc__.split("\n\n")[0])
     p.add_argument("--from", dest="source", required=True, metavar="DIR", help="the folder of the benches' JSON")
     p.add_argument("--out", metavar="PATH", help="the page to write (default: print it)")
     a = p.parse_args(argv)

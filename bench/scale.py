@@ -16,7 +16,6 @@ ran; ``--native off`` measures the interpreted modules.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -28,6 +27,7 @@ from apollo.tools import native
 from apollo.tools.simulate import SimConfig, run_simulation
 from apollo.workloads import load_workload
 from apollo.workloads.assign import assign
+from apollo.tools.cli.options import Parser, count, listing, positive
 from rm.queues import load_queue_file
 
 DEFAULT_SERVERS = (100, 1000, 5000, 20000)
@@ -56,10 +56,10 @@ def run_one(servers: int, seconds: float, seed: int = 1, queues: str | None = No
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="apollo bench scale", description=__doc__.split("\n\n")[0])
-    p.add_argument("--servers", default=",".join(map(str, DEFAULT_SERVERS)), help="comma-separated sizes")
-    p.add_argument("--seconds", type=float, default=60.0, help="simulated seconds of arrivals")
-    p.add_argument("--seed", type=int, default=1)
+    p = Parser(prog="apollo bench scale", description=__doc__.split("\n\n")[0])
+    p.add_argument("--servers", type=listing(count(1)), default=DEFAULT_SERVERS, help="comma-separated sizes")
+    p.add_argument("--seconds", type=positive, default=60.0, help="simulated seconds of arrivals")
+    p.add_argument("--seed", type=count(0), default=1, help="the random seed (default 1)")
     p.add_argument("--queues", metavar="FILE", help="run inside this queue file's sharing plane")
     p.add_argument("--assign", default="size", help="how jobs spread over the queues (apollo simulate --assign)")
     p.add_argument("--json", help="write the results here")
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit("apollo bench scale --native on: the compiled modules did not load")
         else:
             _run_native(sys.argv[1:] if argv is None else argv, required=a.native == "on")
-    sizes = [int(x) for x in a.servers.split(",") if x]
+    sizes = list(a.servers)
     rows = []
     print("compiled kernel and PN (apollo.tools.native)" if native.loaded() else "interpreted modules")
     print(f"{'servers':>8} {'tasks':>9} {'sim s':>7} {'wall s':>8} {'decisions/wall s':>17} {'wall us/task':>13} {'node loc':>9}")

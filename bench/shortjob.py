@@ -21,13 +21,13 @@ JSON: {"scenario", "scheduler", "mode", "short_job_s", "due_s", "timeout_s", "ta
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from apollo.core.spec import JobSpec, StageSpec
+from apollo.tools.cli.options import Parser, count
 
 from .common import write_json
 from .sharing import Scenario, run_live, run_sim, short_at
@@ -71,12 +71,12 @@ def measure(name: str, scn: Scenario, run, scheduler: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="apollo bench shortjob", description=__doc__.split("\n\n")[0])
-    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="capacity")
+    p = Parser(prog="apollo bench shortjob", description=__doc__.split("\n\n")[0])
+    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="capacity", help="which scenario (default capacity)")
     p.add_argument("--scheduler", default="apollo", help="the profile (default: apollo)")
     p.add_argument("--live", action="store_true", help="run it on a live local cluster (about a minute)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--json")
+    p.add_argument("--seed", type=count(0), default=1, help="the random seed (default 1)")
+    p.add_argument("--json", help="write the results (report JSON) here")
     a = p.parse_args(argv)
     scn = scenario(a.scenario)
     run = run_live(scn, a.scheduler) if a.live else run_sim(scn, a.scheduler, a.seed, live_cadence=True)

@@ -42,7 +42,6 @@ submissions first (connections open, workers started).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -53,6 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from apollo.tools import native
+from apollo.tools.cli.options import Parser, count, positive
 
 PEERS = ("dask", "ray")
 KEYS = ("noop_tasks_per_s", "roundtrip_ms", "short_task_efficiency", "startup_s")
@@ -307,14 +307,14 @@ def table(results: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="apollo bench throughput", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="apollo bench throughput", description=__doc__.split("\n\n")[0])
     p.add_argument("--vs", default="", help="comma-separated peers to measure too: dask, ray")
-    p.add_argument("--noop-tasks", type=int, default=20000)
-    p.add_argument("--wide-noop-tasks", type=int, default=20000,
+    p.add_argument("--noop-tasks", type=count(1), default=20000, help="no-op tasks on 2 slots (default 20000)")
+    p.add_argument("--wide-noop-tasks", type=count(0), default=20000,
                    help="no-op tasks on the 32-slot default cluster shape (0: skip it)")
-    p.add_argument("--roundtrips", type=int, default=200)
-    p.add_argument("--short-tasks", type=int, default=2000)
-    p.add_argument("--short-ms", type=float, default=10.0)
+    p.add_argument("--roundtrips", type=count(1), default=200, help="1-task jobs, one after another (default 200)")
+    p.add_argument("--short-tasks", type=count(1), default=2000, help="tasks of --short-ms each (default 2000)")
+    p.add_argument("--short-ms", type=positive, default=10.0, help="the short tasks' length in ms (default 10.0)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--native", choices=("auto", "on", "off"), default="auto",
                    help="the cluster's processes run the compiled kernel, PN and JM (apollo.tools.native): "

@@ -68,3 +68,19 @@ def add_cluster_option(p: argparse.ArgumentParser) -> None:
     """--cluster DIR, defaulting to $APOLLO_CLUSTER, then ~/.apollo/cluster."""
     p.add_argument("--cluster", metavar="DIR", default=os.environ.get("APOLLO_CLUSTER") or str(DEFAULT_CLUSTER),
                    help="the cluster's folder (default: $APOLLO_CLUSTER, else ~/.apollo/cluster)")
+
+
+def listing(item):
+    """A comma-separated list, each item parsed by ``item`` (a type above, or a tuple of names)."""
+    def parse(text: str) -> list:
+        parts = [x.strip() for x in text.split(",") if x.strip()]
+        if not parts:
+            raise argparse.ArgumentTypeError(f"{text!r} is an empty list")
+        if isinstance(item, tuple):
+            bad = [x for x in parts if x not in item]
+            if bad:
+                raise argparse.ArgumentTypeError(f"unknown {', '.join(bad)} (known: {', '.join(item)})")
+            return parts
+        return [item(x) for x in parts]
+    parse.__name__ = "list"
+    return parse
