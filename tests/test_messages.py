@@ -129,6 +129,7 @@ def samples():
         ("Holding", M.Holding(5, 9, [t1], [r1], [r0])),
         ("JoinRequest", M.JoinRequest("pn", 2, -1, 4.0, 8.0, "10.0.0.2:7000", "x")),
         ("JoinReply", M.JoinReply(True, "", [3, 4], 0, "{}")),
+        ("Leave", M.Leave("cluster down")),
     ]
 
 

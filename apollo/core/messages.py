@@ -545,3 +545,13 @@ class JoinReply(Message):
 
 
 wire(JoinReply, 21)
+
+
+@dataclass
+class Leave(Message):
+    """`apollo cluster down` -> a joined process (`apollo node join`): stop and do not come back
+    (its supervisor does not restart it); ``reason`` goes to its log."""
+    reason: str = field(metadata=STR)
+
+
+wire(Leave, 24)
