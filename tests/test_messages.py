@@ -130,6 +130,11 @@ def samples():
         ("JoinRequest", M.JoinRequest("pn", 2, -1, 4.0, 8.0, "10.0.0.2:7000", "x")),
         ("JoinReply", M.JoinReply(True, "", [3, 4], 0, "{}")),
         ("Leave", M.Leave("cluster down")),
+        ("ListLogs", M.ListLogs(5, "logs-reader:1")),
+        ("LogList", M.LogList(5, "pn0", "/c/work/pn0", [0, 2], [1, 65537], [12, 0], [0, 40], [0, None], [-1, 3])),
+        ("ReadLog", M.ReadLog(5, 2, 1, True, 4096, 1 << 20, "logs-reader:1")),
+        ("LogChunk", M.LogChunk(5, 2, 1, False, 0, 6, b"hello\n")),
+        ("LogChunk-none", M.LogChunk(5, 2, 1, True, 0, -1, b"")),
     ]
 
 

@@ -555,3 +555,68 @@ class Leave(Message):
 
 
 wire(Leave, 24)
+
+
+# ---- a PN process's log service (apollo.tools.logs): command tasks' output, read where they ran ----
+
+@dataclass
+class ListLogs(Message):
+    """Client -> the log service of a process hosting PNs ("logs:NAME"): which attempts of job
+    ``job_id`` have output there? Answered with LogList."""
+    job_id: int = field(metadata=NAT)
+    reply_to: str = field(metadata=STR)
+
+
+wire(ListLogs, 25)
+
+
+@dataclass
+class LogList(Message):
+    """Log service -> client: its process (``process``, and ``folder``, its work folder on its own
+    machine) and, per attempt of the job with output there (in parallel lists): its task (the
+    job-wide number) and attempt, the bytes of its stdout and stderr, its exit code (None: none
+    yet: it runs, or died with its process) and, while it runs, its server (-1: not running)."""
+    job_id: int = field(metadata=NAT)
+    process: str = field(metadata=STR)
+    folder: str = field(metadata=STR)
+    tasks: list = field(metadata=lst(NAT))
+    attempts: list = field(metadata=lst(NAT))
+    out_bytes: list = field(metadata=lst(NAT))
+    err_bytes: list = field(metadata=lst(NAT))
+    exit_codes: list = field(metadata=lst(opt(INT)))
+    running_on: list = field(metadata=lst(INT))
+
+
+wire(LogList, 26)
+
+
+@dataclass
+class ReadLog(Message):
+    """Client -> log service: up to ``limit`` bytes of an attempt's stdout (its stderr if
+    ``stderr``) from byte ``offset``. Answered with LogChunk."""
+    job_id: int = field(metadata=NAT)
+    task: int = field(metadata=NAT)
+    attempt: int = field(metadata=NAT)
+    stderr: bool = field(metadata=BOOL)
+    offset: int = field(metadata=NAT)
+    limit: int = field(metadata=NAT)
+    reply_to: str = field(metadata=STR)
+
+
+wire(ReadLog, 27)
+
+
+@dataclass
+class LogChunk(Message):
+    """Log service -> client: the bytes asked for (fewer at the end of the file) and the file's
+    size when read (-1: there is no such file there)."""
+    job_id: int = field(metadata=NAT)
+    task: int = field(metadata=NAT)
+    attempt: int = field(metadata=NAT)
+    stderr: bool = field(metadata=BOOL)
+    offset: int = field(metadata=NAT)
+    size: int = field(metadata=INT)
+    data: bytes = field(metadata=BYTES)
+
+
+wire(LogChunk, 28)
