@@ -18,7 +18,7 @@ from apollo.core.cluster import REMOTE
 from apollo.core.effects import Log
 from apollo.core.lifecycle import AttemptKind, TaskState, step
 from apollo.core.messages import TaskSpec
-from apollo.core.spec import JobSpec
+from apollo.core.spec import JobSpec, stage_identity
 
 from .config import JmConfig
 
@@ -133,7 +133,7 @@ class TaskTable:
         offset = 0
         names = {}
         for i, s in enumerate(spec.stages):
-            st = Stage(i, s, offset)
+            st = Stage(i, stage_identity(s, job_id, spec.name, offset), offset)   # (a command's APOLLO_* vars)
             names[s.name] = i
             st.parents = [names[d] for d in s.depends_on]
             for p in st.parents:

@@ -147,3 +147,41 @@ class Workload:
         for j in self.jobs:
             j.arrival_s = (j.arrival_s - t0) * factor
         return self
+
+
+# ---- a command task's identity: the variables it is started with (docs/jobs.md) ---------------
+# The JM adds the stage's part to a command stage's env once (it travels in every TaskSpec's env,
+# which the wire already carries: no protocol change); the executor adds the attempt's part from
+# the TaskSpec's own fields when it starts the process.
+FIRST_TASK_VAR = "APOLLO_FIRST_TASK"      # the job-wide number of the stage's first task (not shown to the task)
+
+
+def _decimal(x: float) -> str:
+    """1.0 -> "1", 0.5 -> "0.5" (what a shell script can compare or pass on)."""
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def stage_identity(stage: StageSpec, job_id: int, job_name: str, first_task: int) -> StageSpec:
+    """``stage`` as its JM sends it: a command stage's env also names its job and stage and counts
+    its tasks (the user's own variables of the same names give way); a synthetic stage is itself.
+    A new StageSpec (a job spec may be shared with the submitter's objects)."""
+    if stage.command is None:
+        return stage
+    env = {**stage.env, "APOLLO_JOB_ID": str(job_id), "APOLLO_JOB_NAME": job_name, "APOLLO_STAGE": stage.name,
+           "APOLLO_TASKS": str(stage.tasks), FIRST_TASK_VAR: str(first_task)}
+    return StageSpec(stage.name, stage.tasks, stage.durations_s, stage.cpu, stage.mem_gb, stage.input_bytes,
+                     stage.dataset, stage.depends_on, stage.command, env, stage.cwd, stage.timeout_s)
+
+
+def attempt_env(task) -> dict[str, str]:
+    """The variables a command task's attempt is started with (on top of the PN process's own):
+    its stage's env (with stage_identity's) and, from the TaskSpec, APOLLO_JOB_ID, APOLLO_TASK_INDEX
+    (0-based within its stage), APOLLO_ATTEMPT, APOLLO_CPUS and APOLLO_MEM_GB."""
+    env = dict(task.env)
+    first = env.pop(FIRST_TASK_VAR, None)
+    env["APOLLO_JOB_ID"] = str(task.job_id)
+    env["APOLLO_TASK_INDEX"] = str(task.task - int(first)) if first is not None else str(task.task)
+    env["APOLLO_ATTEMPT"] = str(task.attempt)
+    env["APOLLO_CPUS"] = _decimal(task.cpu)
+    env["APOLLO_MEM_GB"] = _decimal(task.mem_gb)
+    return env

@@ -3,11 +3,16 @@
 A synthetic task (``TaskSpec.command is None``) is a timer for its modelled
 time: compute ``duration_s`` plus start-up and input I/O at the locality it
 got (apollo.core.cluster.IoModel), divided by ``speedup``. A command task is a
-real subprocess: environment ``os.environ`` + ``spec.env``, working directory
-``spec.cwd`` (else the executor's workdir), stdout and stderr to
-``<workdir>/<job>-<task>-<attempt>.out/.err``, an address-space limit of
-``mem_gb`` when ``spec.mem_limit``, ``timeout_s`` enforced. Each subprocess
-leads its own process group, so a kill or a timeout takes its children too.
+real subprocess: environment ``os.environ`` + ``spec.env`` + the task's identity
+(APOLLO_JOB_ID, APOLLO_TASK_INDEX, ...: apollo.core.spec.attempt_env), working
+directory ``spec.cwd`` (else the executor's workdir), stdout and stderr to
+``<workdir>/<job>-<task>-<attempt>.out/.err`` (``task``: the job-wide task
+number) and, once the process is reaped, its exit code to ``.exit`` (what
+apollo.tools.logs serves), an address-space limit of ``mem_gb`` when
+``spec.mem_limit``, ``timeout_s`` enforced. Each subprocess leads its own
+process group, so a kill or a timeout takes its children too. A failed
+command's detail begins with its exit code ("exit code 3: <stderr tail>"): it
+becomes the job's failure reason.
 
 Every launch ends in exactly one ``on_exit(TaskExited)`` call, from the event
 loop and never from inside ``launch`` itself, unless the task is killed first:
@@ -27,6 +32,7 @@ from typing import Any, Callable
 
 from apollo.core.cluster import IoModel
 from apollo.core.effects import TaskExited
+from apollo.core.spec import attempt_env
 
 log = logging.getLogger("apollo.executor")
 
@@ -50,6 +56,31 @@ def _limit_address_space(limit: int) -> Callable[[], None]:
         soft = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
     return apply
+
+
+def output_base(workdir: Path, job_id: int, task: int, attempt: int) -> Path:
+    """Where an attempt's files are: this path with .out, .err and .exit."""
+    return workdir / f"{job_id}-{task}-{attempt}"
+
+
+def _write_exit(base: Path, rc: int) -> None:
+    try:
+        base.with_suffix(".exit").write_text(f"{rc}\n")
+    except OSError as e:         # (a full disk: the task's outcome still goes to its PN)
+        log.warning("cannot record the exit code of %s: %s", base, e)
+
+
+def _failure_detail(rc: int, err_path: Path) -> str:
+    """A failed command's detail: its exit code, then what it said last on stderr (or the signal)."""
+    tail = _tail(err_path)
+    if tail:
+        return f"exit code {rc}: {tail}"
+    if rc < 0:
+        try:
+            return f"exit code {rc} (killed by {signal.Signals(-rc).name})"
+        except ValueError:
+            return f"exit code {rc} (killed by signal {-rc})"
+    return f"exit code {rc}"
 
 
 def _tail(path: Path, n: int = STDERR_TAIL) -> str:
@@ -157,11 +188,11 @@ class Executor:
     async def _run(self, key: tuple, r: _Running) -> None:
         spec = r.task
         cmd = list(spec.command)
+        base = output_base(self.workdir, spec.job_id, spec.task, spec.attempt)
+        out_path, err_path = base.with_suffix(".out"), base.with_suffix(".err")
         try:
             self.workdir.mkdir(parents=True, exist_ok=True)
-            base = self.workdir / f"{spec.job_id}-{spec.task}-{spec.attempt}"
-            out_path, err_path = base.with_suffix(".out"), base.with_suffix(".err")
-            env = {**os.environ, **spec.env}
+            env = {**os.environ, **attempt_env(spec)}
             cwd = spec.cwd or str(self.workdir)
             kw: dict = {}
             if spec.mem_limit:
@@ -174,12 +205,14 @@ class Executor:
             raise
         except (OSError, subprocess.SubprocessError, ValueError) as e:
             code = 127 if isinstance(e, FileNotFoundError) else 126
-            self._finish(key, r, TaskExited(spec.key, False, code, f"cannot start {cmd[0]!r}: {e}"[-STDERR_TAIL:]))
+            _write_exit(base, code)
+            self._finish(key, r, TaskExited(spec.key, False, code,
+                                            f"exit code {code}: cannot start {cmd[0]!r}: {e}"[:STDERR_TAIL]))
             return
         r.proc = proc
         if r.killed:                            # killed while it was being spawned
             self._signal(proc, signal.SIGKILL)
-            await proc.wait()
+            _write_exit(base, await proc.wait())
             return
         timeout = spec.timeout_s
         try:
@@ -190,21 +223,15 @@ class Executor:
         except asyncio.TimeoutError:
             self._signal(proc, signal.SIGKILL)
             rc = await proc.wait()
-            self._finish(key, r, TaskExited(spec.key, False, rc, f"timeout after {timeout:g}s"))
+            _write_exit(base, rc)
+            self._finish(key, r, TaskExited(spec.key, False, rc, f"timeout after {timeout:g}s (exit code {rc})"))
             return
         except asyncio.CancelledError:
             self._signal(proc, signal.SIGKILL)
             raise
         self._signal(proc, signal.SIGKILL)     # leftovers the task started in the background
+        _write_exit(base, rc)
         if r.killed:
             return
         ok = rc == 0
-        detail = ""
-        if not ok:
-            detail = _tail(err_path)
-            if not detail and rc < 0:
-                try:
-                    detail = f"killed by {signal.Signals(-rc).name}"
-                except ValueError:
-                    detail = f"killed by signal {-rc}"
-        self._finish(key, r, TaskExited(spec.key, ok, rc, detail))
+        self._finish(key, r, TaskExited(spec.key, ok, rc, "" if ok else _failure_detail(rc, err_path)))
