@@ -13,6 +13,7 @@ to learn its addresses from its connections (and dial it back at its listen addr
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +114,152 @@ class JoinStore:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(grants, indent=1))
         tmp.replace(self.path)
+
+
+# ---- the joined side's lifecycle: `apollo node join` supervises its process; `down` tells it to leave
+
+FIRST_JOIN_GIVE_UP_S = 5.0     # a first join whose RM cannot be reached ends here (a restarted one keeps trying)
+JOIN_REFUSED = 3               # the joining process's exit code for a refused or unreachable join: not restarted
+LEAVE_WAIT_S = 6.0             # `down` waits this long for joined processes to leave (a dial times out in 5 s)
+
+
+def member_address(name: str) -> str:
+    """The actor address of a joined process itself (where Leave goes): "member:pn1000"."""
+    return f"member:{name}"
+
+
+def joined_entries(folder: Path) -> list[dict]:
+    """The processes that joined the cluster in ``folder`` (the registrar's grants), each with its name."""
+    from apollo.tools.livecluster import process_name
+    return [dict(e, name=process_name(e["role"], e["index"]))
+            for e in JoinStore(Path(folder) / "joined.json").recovered().values()]
+
+
+def tell_joined_to_leave(folder: Path, wait_s: float = LEAVE_WAIT_S) -> list[str]:
+    """Send Leave to every process that joined the cluster in ``folder`` (over the cluster's
+    authenticated protocol, with its secret); one line each: left, was not running, or did not
+    answer. A joined process that gets it stops, and its `apollo node join` ends."""
+    entries = joined_entries(folder)
+    if not entries:
+        return []
+    secret = (Path(folder) / "secret").read_bytes().strip()
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from apollo.runtime.live import run
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run(_leave(entries, secret, wait_s))
+    with ThreadPoolExecutor(1) as pool:       # called from inside an event loop: a loop of its own
+        return pool.submit(run, _leave(entries, secret, wait_s)).result()
+
+
+async def _leave(entries: list[dict], secret: bytes, wait_s: float) -> list[str]:
+    import asyncio
+
+    from apollo.core.messages import Leave
+    from apollo.runtime.live import LiveRuntime
+    rt = LiveRuntime(secret)
+    failed: set[str] = set()
+    rt.endpoint.on_dial_failed = lambda hostport, why: failed.add(hostport)
+    for e in entries:
+        rt.add_route(member_address(e["name"]), e["address"])
+    await rt.start(listen_port=0)
+    loop = asyncio.get_running_loop()
+    end = loop.time() + wait_s
+    pending = {e["address"]: e for e in entries}
+    reached: set[str] = set()
+    lines = []
+    while pending and loop.time() < end:
+        reached |= {listen for _, listen, _ in rt.endpoint.peers()}
+        for address, e in list(pending.items()):
+            if address in failed:     # cannot connect (any more): it is gone
+                lines.append(f"{e['name']} (joined, {address}) " + ("left" if address in reached else "was not running"))
+                del pending[address]
+            else:
+                rt.inject(member_address(e["name"]), Leave("apollo cluster down"))
+        await asyncio.sleep(0.1)
+    lines += [f"{e['name']} (joined, {a}) did not answer within {wait_s:.0f} s: not told to leave"
+              for a, e in pending.items()]
+    await rt.stop()
+    return lines
+
+
+def run_node(rm: str, secret_file: Path, kind: str, folder: Path, *, pns: int, cpus: float, mem_gb: float,
+             rack: int, bind: str, port: int) -> int:
+    """`apollo node join`: a small supervisor of one child process (`python -m apollo.tools.process
+    --join ...`) that joins the cluster and serves it. The first join's outcome goes to the
+    terminal: a line once joined; or one line and exit 1 for a refused secret, a refused join or
+    an RM nobody answers at (in FIRST_JOIN_GIVE_UP_S). Once joined, a child that dies is started
+    again after a backoff (apollo.tools.supervisor.Backoff), at the same address, so that the
+    registrar gives it the same servers back. A child told to leave (`apollo cluster down`) ends
+    the command with exit 0; so do SIGTERM and SIGINT (passed on to the child)."""
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from apollo.tools.supervisor import Backoff
+    stopping = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stopping.append(signum))
+    params = {"rm": rm, "secret_file": str(secret_file), "kind": kind, "dir": str(folder), "pns": pns, "cpus": cpus,
+              "mem_gb": mem_gb, "rack": rack, "bind": bind, "port": port, "give_up_s": FIRST_JOIN_GIVE_UP_S,
+              "parent": os.getpid()}
+    backoff = Backoff()
+    joined = False
+    what = "a JM host" if kind == "jm" else f"{pns} PNs"
+    while True:
+        r, w = os.pipe()
+        with open(folder / "joined.out", "ab") as out:
+            child = subprocess.Popen([sys.executable, "-m", "apollo.tools.process", "--join",
+                                      json.dumps(dict(params, status_fd=w))], pass_fds=(w,), stdout=out, stderr=out,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        os.close(w)
+        began = time.monotonic()
+        said: dict = {}
+        buf = b""
+        signalled = False
+        with os.fdopen(r, "rb", buffering=0) as pipe:
+            while True:
+                if stopping and not signalled:
+                    child.send_signal(signal.SIGTERM)
+                    signalled = True
+                ready, _, _ = select.select([pipe], [], [], 0.2)
+                chunk = pipe.read(65536) if ready else b""
+                if ready and not chunk:
+                    break                   # the child is gone (its end of the pipe closed)
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    said.update(json.loads(line))
+                    if "joined" in said and not joined:
+                        joined = True
+                        me = said["joined"]
+                        params.update(port=int(me["address"].rsplit(":", 1)[1]), give_up_s=None)
+                        servers = f": servers {me['pns']}" if me.get("pns") else f": JM host {me['index']}"
+                        print(f"joined the cluster at {rm} as {what}{servers}, listening at {me['address']}; "
+                              f"logs in {folder}", flush=True)
+        code = child.wait()
+        if "failed" in said:
+            print(f"apollo node join: {said['failed']}", file=sys.stderr)
+            return 1
+        if "left" in said:
+            print(f"left the cluster: {said['left']}", flush=True)
+            return 0
+        if stopping or code == 0:
+            return 0
+        how = f"code {code}" if code >= 0 else signal.Signals(-code).name
+        if not joined:
+            print(f"apollo node join: the joining process exited ({how}) before joining; see {folder}/joined.out "
+                  f"and {folder}/joined.log", file=sys.stderr)
+            return 1
+        delay = backoff.after_death(time.monotonic() - began)
+        print(f"the node's process died ({how}); starting it again in {delay:.1f} s", flush=True)
+        end = time.monotonic() + delay
+        while time.monotonic() < end and not stopping:
+            time.sleep(0.05)
+        if stopping:
+            return 0

@@ -41,19 +41,73 @@ def _free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
-def _alive(pid: int) -> bool:
+def _start_ticks(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot, /proc/PID/stat's field 22): with the pid, a
+    process's identity, since a pid is handed out again once its process is gone. None off
+    Linux or if there is no such process."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _alive(pid: int, ticks: int | None = None) -> bool:
+    """Whether process ``pid`` runs: a zombie (ours, reaped here, or anyone's, which its parent
+    has not reaped yet) is dead, and so is a process that started at other ``ticks`` than
+    recorded (the pid went to someone else after ours died: a folder from yesterday)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    # A zombie child of ours counts as dead.
+        pass                        # someone else's process: the pid was reused, unless unknown
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
+        if done:
+            return False
     except ChildProcessError:
-        return True
+        pass
+    if _zombie(pid):
+        return False
+    return ticks is None or _start_ticks(pid) in (None, ticks)
+
+
+def alive(entry: dict | None) -> bool:
+    """Whether the process of a cluster.json entry (a process's, or the supervisor's) runs."""
+    return bool(entry and entry.get("pid")) and _alive(entry["pid"], entry.get("ticks"))
+
+
+def write_info(folder: Path, info: dict) -> None:
+    """cluster.json, replaced in one step (a reader sees the old file or the new one, never half)."""
+    tmp = folder / f"cluster.json.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(info, indent=2))
+    tmp.replace(folder / "cluster.json")
+
+
+def spawn(folder: Path, role: str, index: int) -> subprocess.Popen:
+    """Start one process of the cluster, detached (a session of its own: a signal to the group of
+    whoever started it does not reach it), its output appended to DIR/NAME.out. Its ready file
+    appears once it listens. The one place a cluster process is started (up, restart_process,
+    the supervisor)."""
+    (folder / f"ready-{role}{index}").unlink(missing_ok=True)
+    with open(folder / f"{process_name(role, index)}.out", "ab") as out:   # the child keeps its own descriptor
+        return subprocess.Popen([sys.executable, "-m", "apollo.tools.process", "--cluster", str(folder),
+                                 "--role", role, "--index", str(index)], stdout=out, stderr=out,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def started(entry: dict, pid: int) -> None:
+    """Record in ``entry`` (cluster.json's) that its process now runs as ``pid``, since now."""
+    entry["pid"] = pid
+    entry["ticks"] = _start_ticks(pid)
+    entry["started_at"] = time.time()
 
 
 def process_name(role: str, index: int) -> str:
@@ -73,8 +127,7 @@ def running(folder: Path, info: dict | None = None) -> tuple[bool, str]:
     info = read_info(folder) if info is None else info
     if info.get("stopped_at"):
         return False, "stopped by `apollo cluster down`"
-    pids = [p.get("pid") for p in info.get("processes", [])] + [info.get("supervisor", {}).get("pid")]
-    if not any(pid and _alive(pid) for pid in pids):
+    if not any(alive(p) for p in info.get("processes", []) + [info.get("supervisor")]):
         return False, "none of its processes is alive"
     return True, ""
 
@@ -82,7 +135,7 @@ def running(folder: Path, info: dict | None = None) -> tuple[bool, str]:
 def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float = 2.0, mem_gb: float = 8.0,
        scheduler: str = "apollo", timeout_s: float = 15.0, io: dict | None = None,
        queues: str | Path | None = None, http_host: str = "127.0.0.1", jm_hosts: int = 2,
-       bind: str = "127.0.0.1") -> dict:
+       bind: str = "127.0.0.1", supervise: bool = False) -> dict:
     """Start a cluster in ``folder``; returns its info (with ``startup_s``).
 
     ``io``: fields of apollo.core.cluster.IoModel for every process (e.g. ``{"init_s": 0.0}`` makes a
@@ -90,11 +143,17 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
     kept in cluster.json's config, which apollo.tools.process reads. ``queues``: a queue file
     (rm/queues.py), checked here and copied into the folder for the RM. ``http_host``: where the
     RM's HTTP face listens (cluster.json "http"; any address but loopback asks for the token).
+    ``supervise``: start the supervisor too (apollo.tools.supervisor: it restarts any process
+    that dies; `apollo cluster up` does); off for tests that kill processes and restart them
+    by hand.
     """
     # Everything is checked before anything is started or written: a refused start leaves no trace.
     if (folder / "cluster.json").exists():
-        old = json.loads((folder / "cluster.json").read_text())
-        if any(p.get("pid") and _alive(p["pid"]) for p in old.get("processes", [])):
+        try:
+            old = json.loads((folder / "cluster.json").read_text())
+        except ValueError:
+            old = {}
+        if any(alive(p) for p in old.get("processes", []) + [old.get("supervisor")]):
             raise ClusterError(f"a cluster is already running in {folder}; `apollo cluster down` it first")
     if not (1 <= racks <= pns) or procs < 0:
         raise ClusterError(f"need 1 <= racks <= pns and procs >= 0 (pns={pns}, racks={racks}, procs={procs})")
@@ -128,7 +187,7 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
                 from None
     ports = _free_ports(2 + jm_hosts + procs, bind)   # the last one: the RM's HTTP face (rm/http/server.py)
     folder.mkdir(parents=True, exist_ok=True)
-    for f in folder.glob("ready-*"):
+    for f in [*folder.glob("ready-*"), *folder.glob("restart-*")]:
         f.unlink()
     secret_path = folder / "secret"
     secret_path.write_text(secrets.token_hex(32))
@@ -150,17 +209,14 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
     if tree_text is not None:
         (folder / "queues.toml").write_text(tree_text)
         info["config"]["queues"] = "queues.toml"
-    (folder / "cluster.json").write_text(json.dumps(info, indent=2))
-    started = time.monotonic()
+    write_info(folder, info)
+    t0 = time.monotonic()
     for p in processes:
-        out = open(folder / f"{process_name(p['role'], p['index'])}.out", "ab")
-        with out:   # the child keeps its own descriptor
-            child = subprocess.Popen([sys.executable, "-m", "apollo.tools.process", "--cluster", str(folder), "--role",
-                                      p["role"], "--index", str(p["index"])], stdout=out, stderr=out,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        child = spawn(folder, p["role"], p["index"])
         child.returncode = 0   # detached on purpose: `down` stops it by pid; no "still running" warning
-        p["pid"] = child.pid
-    (folder / "cluster.json").write_text(json.dumps(info, indent=2))
+        started(p, child.pid)
+        p["restarts"] = 0
+    write_info(folder, info)
     deadline = time.monotonic() + timeout_s
     waiting = {f"ready-{p['role']}{p['index']}": p for p in processes}
     while waiting and time.monotonic() < deadline:
@@ -176,45 +232,93 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
     if waiting:
         down(folder)
         raise ClusterError(f"processes not ready after {timeout_s:.0f} s: {sorted(waiting)}")
-    info["startup_s"] = time.monotonic() - started
+    if supervise:
+        info = start_supervisor(folder, timeout_s)
+    info["startup_s"] = time.monotonic() - t0
     return info
 
 
+def start_supervisor(folder: Path, timeout_s: float = 15.0) -> dict:
+    """Start the cluster's supervisor (apollo.tools.supervisor), detached; returns cluster.json's
+    content once the supervisor has written itself into it (from then on it watches)."""
+    with open(folder / "supervisor.out", "ab") as out:
+        child = subprocess.Popen([sys.executable, "-m", "apollo.tools.supervisor", "--cluster", str(folder)],
+                                 stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
+    child.returncode = 0       # detached on purpose, as the processes
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = read_info(folder)
+        if info.get("supervisor", {}).get("pid") == child.pid:
+            return info
+        if not _alive(child.pid) or time.monotonic() > deadline:
+            down(folder)
+            raise ClusterError(f"the supervisor did not start; see {folder}/supervisor.out and supervisor.log")
+        time.sleep(0.01)
+
+
 def down(folder: Path, grace_s: float = 5.0) -> list[str]:
-    """Stop every process of the cluster; returns what was done, one line each."""
+    """Stop the cluster; returns what was done, one line each. The supervisor goes first (else it
+    would start again what is being stopped), then every joined process is told to leave (it
+    stops and its `apollo node join` does not start it again), then this machine's processes."""
     info = read_info(folder)
     lines = []
-    procs = [p for p in info["processes"] if p.get("pid")]
-    for p in procs:
-        if _alive(p["pid"]):
+    sup = info.get("supervisor")
+    if alive(sup):
+        lines += _stop([("supervisor", sup)], grace_s)
+        info = read_info(folder)            # with the pids it started last
+    from apollo.tools.join import tell_joined_to_leave
+    lines += tell_joined_to_leave(folder)
+    lines += _stop([(process_name(p["role"], p["index"]), p) for p in info["processes"] if p.get("pid")], grace_s)
+    for f in [*folder.glob("ready-*"), *folder.glob("restart-*")]:
+        f.unlink(missing_ok=True)
+    info["stopped_at"] = time.time()
+    write_info(folder, info)
+    return lines
+
+
+def _stop(procs: list[tuple[str, dict]], grace_s: float) -> list[str]:
+    """SIGTERM to each running process's group, then SIGKILL to any still there after ``grace_s``."""
+    running = [(name, p) for name, p in procs if alive(p)]
+    for _, p in running:
+        try:
+            os.killpg(p["pid"], signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(alive(p) for _, p in running):
+        time.sleep(0.02)
+    lines = []
+    for name, p in procs:
+        if alive(p):
             try:
-                os.killpg(p["pid"], signal.SIGTERM)
+                os.killpg(p["pid"], signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(p["pid"]) for p in procs):
-        time.sleep(0.02)
-    for p in procs:
-        if _alive(p["pid"]):
-            os.killpg(p["pid"], signal.SIGKILL)
-            lines.append(f"{p['role']}{p['index']} (pid {p['pid']}) did not stop in {grace_s:.0f} s: killed")
+            lines.append(f"{name} (pid {p['pid']}) did not stop in {grace_s:.0f} s: killed")
+        elif any(p is q for _, q in running):
+            lines.append(f"{name} (pid {p['pid']}) stopped")
         else:
-            lines.append(f"{p['role']}{p['index']} (pid {p['pid']}) stopped")
-    for f in folder.glob("ready-*"):
-        f.unlink()
-    info["stopped_at"] = time.time()
-    tmp = folder / "cluster.json.tmp"
-    tmp.write_text(json.dumps(info, indent=2))
-    tmp.replace(folder / "cluster.json")
+            lines.append(f"{name} (pid {p['pid']}) was not running")
     return lines
 
 
 def status(folder: Path) -> dict:
+    """Each process (alive, since when, restarts), the supervisor, the joined processes the
+    registrar knows of (no liveness: they live elsewhere; the RM's API knows their PNs) and
+    the stored jobs by state."""
     info = read_info(folder)
     rows = []
+    now = time.time()
     for p in info["processes"]:
-        rows.append({"role": p["role"], "index": p["index"], "pid": p.get("pid"), "address": p["address"],
-                     "alive": bool(p.get("pid")) and _alive(p["pid"]), "pns": p.get("pns", [])})
+        up = alive(p)
+        rows.append({"role": p["role"], "index": p["index"], "name": process_name(p["role"], p["index"]),
+                     "pid": p.get("pid"), "address": p["address"], "alive": up, "pns": p.get("pns", []),
+                     "restarts": p.get("restarts", 0),
+                     "uptime_s": now - p["started_at"] if up and p.get("started_at") else None})
+    sup = info.get("supervisor")
+    supervisor = None if sup is None else {
+        "pid": sup.get("pid"), "alive": alive(sup),
+        "uptime_s": now - sup["started_at"] if alive(sup) and sup.get("started_at") else None}
     jobs = {}
     db = folder / "jobs.db"
     if db.exists():
@@ -223,34 +327,37 @@ def status(folder: Path) -> dict:
         for state, n in con.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state"):
             jobs[state] = n
         con.close()
-    return {"processes": rows, "config": info["config"], "jobs": jobs}
+    from apollo.tools.join import joined_entries
+    return {"processes": rows, "supervisor": supervisor, "joined": joined_entries(folder),
+            "config": info["config"], "jobs": jobs, "stopped": bool(info.get("stopped_at"))}
+
+
+def _entry(folder: Path, info: dict, name: str) -> dict:
+    for p in info["processes"]:
+        if process_name(p["role"], p.get("index", 0)) == name:
+            return p
+    known = ", ".join(process_name(q["role"], q.get("index", 0)) for q in info["processes"])
+    raise ClusterError(f"no process {name} in {folder}/cluster.json (it has: {known})")
 
 
 def restart_process(folder: Path, role: str, index: int = 0, timeout_s: float = 15.0) -> int:
     """Start one process of the cluster again (after it crashed or was killed), at the same address.
 
-    The process must not be running. Its new pid goes into DIR/cluster.json (so that ``status``
-    and ``down`` see it); returns that pid once the process is listening (its ready file exists).
+    The process must not be running (and no supervisor may be, which would race this: `restart`
+    goes through it). Its new pid goes into DIR/cluster.json (so that ``status`` and ``down``
+    see it); returns that pid once the process is listening (its ready file exists).
     """
     folder = Path(folder)
     info = read_info(folder)
-    p = next((q for q in info["processes"] if q["role"] == role and q.get("index", 0) == index), None)
-    if p is None:
-        known = ", ".join(f"{q['role']}{q.get('index', 0)}" for q in info["processes"])
-        raise ClusterError(f"no process {role}{index} in {folder}/cluster.json (it has: {known})")
-    if p.get("pid") and _alive(p["pid"]):
+    p = _entry(folder, info, process_name(role, index))
+    if alive(p):
         raise ClusterError(f"{role}{index} (pid {p['pid']}) is still running; stop it before restarting it")
     ready = folder / f"ready-{role}{index}"
-    ready.unlink(missing_ok=True)
     name = process_name(role, index)
-    with open(folder / f"{name}.out", "ab") as out:
-        child = subprocess.Popen([sys.executable, "-m", "apollo.tools.process", "--cluster", str(folder), "--role", role,
-                                  "--index", str(index)], stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-                                 start_new_session=True)
-    p["pid"] = child.pid
-    tmp = folder / "cluster.json.tmp"
-    tmp.write_text(json.dumps(info, indent=2))
-    tmp.replace(folder / "cluster.json")
+    child = spawn(folder, role, index)
+    started(p, child.pid)
+    p["restarts"] = p.get("restarts", 0) + 1
+    write_info(folder, info)
     deadline = time.monotonic() + timeout_s
     while not ready.exists():
         if child.poll() is not None:
@@ -261,3 +368,35 @@ def restart_process(folder: Path, role: str, index: int = 0, timeout_s: float = 
                                f"see {folder}/{name}.log")
         time.sleep(0.01)
     return child.pid
+
+
+def restart(folder: Path, name: str, timeout_s: float = 30.0) -> tuple[int, int]:
+    """`apollo cluster restart NAME`: stop process NAME (rm, jm0, pn1, ...) and start it again;
+    returns (old pid, new pid) once the new one listens. With a supervisor running, the
+    supervisor does it (a request file DIR/restart-NAME), so the two never race; without one,
+    it is done here. NAME "supervisor" starts the supervisor again if it is not running."""
+    folder = Path(folder)
+    info = read_info(folder)
+    if info.get("stopped_at"):
+        raise ClusterError(f"the cluster in {folder} was stopped by `apollo cluster down`; "
+                           f"start it with `apollo cluster up --cluster {folder}`")
+    sup = info.get("supervisor")
+    if name == "supervisor":
+        if alive(sup):
+            raise ClusterError(f"the supervisor (pid {sup['pid']}) is running; it restarts the other processes")
+        return (sup or {}).get("pid") or 0, start_supervisor(folder)["supervisor"]["pid"]
+    p = _entry(folder, info, name)
+    old = p.get("pid") or 0
+    if not alive(sup):
+        _stop([(name, p)], 5.0)
+        return old, restart_process(folder, p["role"], p["index"], timeout_s)
+    (folder / f"restart-{name}").write_text(str(os.getpid()))
+    ready = folder / f"ready-{p['role']}{p['index']}"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = _entry(folder, read_info(folder), name)
+        if now.get("pid") != old and ready.exists() and alive(now):
+            return old, now["pid"]
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{name} not restarted within {timeout_s:.0f} s; see {folder}/supervisor.log")
+        time.sleep(0.02)

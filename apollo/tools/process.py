@@ -18,11 +18,12 @@ import secrets
 import signal
 import sys
 from pathlib import Path
+from typing import Callable
 
 from apollo.core.cluster import IoModel, Topology
 from apollo.tools.join import JoinStore, Registrar
 from apollo.tools.livecluster import process_name
-from apollo.core.messages import JoinReply, JoinRequest
+from apollo.core.messages import JoinReply, JoinRequest, Leave
 from apollo.runtime.live import LiveRuntime, run
 from jm.host import JmHost
 from jm.policies import profile as find_profile
@@ -214,14 +215,35 @@ class _JoinAnswer:
         return []
 
 
+class _Member:
+    """A joined process's own address (apollo.tools.join.member_address): `apollo cluster down`
+    sends it Leave, and the process stops."""
+
+    def __init__(self, on_leave: Callable[[str], None]) -> None:
+        self.on_leave = on_leave
+
+    def handle(self, event, now, rng) -> list:
+        if type(event) is Leave:
+            self.on_leave(event.reason)
+        return []
+
+
+JOIN_ANSWER_S = 30.0     # an RM that is reached but does not answer a join for this long: given up on
+
+
 async def join_cluster(rm: str, secret: bytes, kind: str, folder: Path, *, pns: int = 1, cpus: float = 2.0,
                        mem_gb: float = 8.0, rack: int = -1, bind: str = "127.0.0.1", port: int = 0,
-                       timeout_s: float = 30.0, ready: "asyncio.Event | None" = None,
+                       give_up_s: float | None = 5.0, on_joined: Callable[[dict], None] | None = None,
                        stop: "asyncio.Event | None" = None) -> dict:
     """Join the cluster whose RM listens at ``rm`` as ``pns`` PNs (kind "pn") or a JM host (kind
-    "jm"), listening on ``bind``; run until ``stop`` is set (or SIGTERM/SIGINT). This process
-    keeps its own clock (its origin is its start; apollo.core.clocks turns other processes' times
-    into it). Its logs and records go to ``folder``. Returns the process entry it was given."""
+    "jm"), listening on ``bind``; run until told to leave (Leave, from `apollo cluster down`), or
+    ``stop`` is set (or SIGTERM/SIGINT). This process keeps its own clock (its origin is its
+    start; apollo.core.clocks turns other processes' times into it). Its logs and records go to
+    ``folder``. A refused secret or join raises ClusterError at once; an RM that cannot be reached
+    does after ``give_up_s`` (None: keep trying, as a restarted process does while its RM may be
+    restarting too). ``on_joined(entry)`` once joined. Returns the process entry it was given,
+    with "left": Leave's reason ("" if stopped otherwise)."""
+    from apollo.tools.join import member_address
     from apollo.tools.livecluster import ClusterError
     folder.mkdir(parents=True, exist_ok=True)
     tag = f"{kind}-{secrets.token_hex(3)}"
@@ -231,41 +253,72 @@ async def join_cluster(rm: str, secret: bytes, kind: str, folder: Path, *, pns: 
     inbox = f"joiner:{tag}"
     rt.add(inbox, answer, start=False)
     rt.add_route("registrar", rm)
+    fatal: list[str] = []
+    unreachable = [""]
+
+    def handshake_failed(hostport: str, reason: str, by_peer: bool) -> None:
+        if "proof" in reason or "secret" in reason:
+            fatal.append(f"the cluster at {rm} refused our secret (the secret file must be a copy of the "
+                         f"cluster's DIR/secret)")
+        elif by_peer:
+            fatal.append(f"the cluster at {rm} refused our handshake: {reason}")
+    rt.endpoint.on_handshake_failed = handshake_failed
+    rt.endpoint.on_dial_failed = lambda hostport, why: unreachable.__setitem__(0, why)
     await rt.start(listen_port=port)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
+    began = loop.time()
+    reached = False
     req = JoinRequest(kind, pns if kind == "pn" else 0, rack, cpus, mem_gb, rt.address, inbox)
+    asked_at = -1.0
     while not answer.came.is_set():
-        rt.inject("registrar", req)
+        reached = reached or bool(rt.endpoint.peers())
+        waited = loop.time() - began
+        why = fatal[0] if fatal else None
+        if why is None and give_up_s is not None and not reached and waited > give_up_s:
+            why = (f"cannot reach the RM at {rm} ({unreachable[0] or 'no answer'}) for {give_up_s:.0f} s; "
+                   f"is the cluster up, and is {rm} the \"rm\" address in its cluster.json?")
+        if why is None and give_up_s is not None and waited > JOIN_ANSWER_S:
+            why = f"the RM at {rm} did not answer a join for {JOIN_ANSWER_S:.0f} s"
+        if why is not None:
+            await rt.stop()
+            raise ClusterError(why)
+        if loop.time() - asked_at >= 1.0:
+            if asked_at >= 0:
+                logging.getLogger("apollo.tools.join").warning("the RM at %s has not answered yet (%s); asking again",
+                                                               rm, unreachable[0] or "connected")
+            rt.inject("registrar", req)
+            asked_at = loop.time()
         try:
-            await asyncio.wait_for(answer.came.wait(), 1.0)
+            await asyncio.wait_for(answer.came.wait(), 0.1)
         except asyncio.TimeoutError:
-            if loop.time() > deadline:
-                await rt.stop()
-                raise ClusterError(f"the RM at {rm} did not answer a join for {timeout_s:.0f} s (is it up? is the "
-                                   f"secret the cluster's?)") from None
-            logging.getLogger("apollo.tools.join").warning("the RM at %s has not answered yet; asking again", rm)
+            pass
     r = answer.reply
     if not r.ok:
         await rt.stop()
         raise ClusterError(f"the cluster refused the join: {r.reason}")
     info = json.loads(r.cluster)
-    me = {"role": kind, "index": r.index, "address": rt.address, "pns": list(r.servers)}
+    me = {"role": kind, "index": r.index, "address": rt.address, "pns": list(r.servers), "left": ""}
     add_actors(rt, info, me, folder)
+    stop = stop or asyncio.Event()
+
+    def leave(reason: str) -> None:
+        logging.getLogger("apollo.tools.join").info("told to leave: %s", reason)
+        me["left"] = reason
+        stop.set()
+    rt.add(member_address(process_name(kind, r.index)), _Member(leave), start=False)
     # Dial the processes that must reach ours (the RM and the JM hosts for PNs; the RM and the
     # PN processes for a JM host): they learn our addresses from the hello, and dial us back
     # at our listen address if a connection drops. Dialled again every second meanwhile.
     peers = [p["address"] for p in info["processes"] if p["address"] != rt.address and
              (p["role"] == "rm" or p["role"] == ("jm" if kind == "pn" else "pn"))]
-    stop = stop or asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:
             loop.add_signal_handler(sig, stop.set)
         except (RuntimeError, ValueError):     # not the main thread (tests)
             pass
-    if ready is not None:
-        ready.set()
     logging.getLogger("apollo.tools.join").info("joined as %s %s: %s", kind, r.index, r.servers)
+    if on_joined is not None:
+        on_joined(me)
     while not stop.is_set():
         for a in peers:
             rt.endpoint.connect(a)
@@ -276,6 +329,52 @@ async def join_cluster(rm: str, secret: bytes, kind: str, folder: Path, *, pns: 
     await rt.stop()
     rt.log_sink.close()
     return me
+
+
+def join_main(params: dict) -> int:
+    """The process `apollo node join` supervises (apollo.tools.join.run_node): it joins, then serves
+    until told to leave or stopped. It tells its parent how it went on the pipe ``status_fd``, one
+    JSON line each: {"joined": entry}, {"failed": why} (exit JOIN_REFUSED), {"left": why}."""
+    from apollo.tools.join import JOIN_REFUSED
+    from apollo.tools.livecluster import ClusterError
+    folder = Path(params["dir"])
+    logging.basicConfig(filename=str(folder / "joined.log"), level=logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _die_with_parent(params["parent"])
+    _tight_timers()
+    status = os.fdopen(params["status_fd"], "w", buffering=1)
+
+    def tell(**what) -> None:
+        try:
+            status.write(json.dumps(what) + "\n")
+            status.flush()
+        except (BrokenPipeError, ValueError):   # the parent is gone: SIGTERM follows
+            pass
+    secret = Path(params["secret_file"]).read_bytes().strip()
+    try:
+        me = run(join_cluster(params["rm"], secret, params["kind"], folder, pns=params["pns"], cpus=params["cpus"],
+                              mem_gb=params["mem_gb"], rack=params["rack"], bind=params["bind"], port=params["port"],
+                              give_up_s=params["give_up_s"], on_joined=lambda me: tell(joined=me)))
+    except ClusterError as e:
+        tell(failed=str(e))
+        return JOIN_REFUSED
+    if me["left"]:
+        tell(left=me["left"])
+    return 0
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: SIGTERM to this process when its parent (`apollo node join`) dies, even by SIGKILL:
+    a joined node's process never outlives its supervisor. Best effort; elsewhere a no-op."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            PR_SET_PDEATHSIG = 1
+            ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:        # it died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _tight_timers() -> None:
@@ -294,10 +393,15 @@ def _tight_timers() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="apollo.tools.process")
-    p.add_argument("--cluster", required=True)
-    p.add_argument("--role", required=True, choices=["rm", "jm", "pn"])
+    p.add_argument("--cluster")
+    p.add_argument("--role", choices=["rm", "jm", "pn"])
     p.add_argument("--index", type=int, default=0)
+    p.add_argument("--join", metavar="JSON", help="`apollo node join`'s child: join a cluster (its parameters)")
     a = p.parse_args(argv)
+    if a.join:
+        return join_main(json.loads(a.join))
+    if not (a.cluster and a.role):
+        p.error("--cluster and --role are required (or --join)")
     folder = Path(a.cluster)
     name = process_name(a.role, a.index)
     logging.basicConfig(filename=str(folder / f"{name}.log"), level=logging.INFO,

@@ -13,62 +13,73 @@ from .options import add_cluster_option, count, number, port, positive
 def _cluster(args: argparse.Namespace) -> int:
     from apollo.tools import livecluster
     folder = Path(args.cluster).expanduser()
+    if args.name and args.action != "restart":
+        raise livecluster.ClusterError(f"a process name ({args.name}) goes with `apollo cluster restart` only")
     if args.action == "up":
         info = livecluster.up(folder, pns=args.pns, racks=args.racks, procs=args.procs, cpus=args.cpus,
                               mem_gb=args.mem_gb, scheduler=args.scheduler, queues=args.queues,
-                              http_host=args.http_host, jm_hosts=args.jm_hosts, bind=args.bind)
+                              http_host=args.http_host, jm_hosts=args.jm_hosts, bind=args.bind, supervise=True)
         print(f"cluster up in {info['startup_s']:.2f} s: RM {info['rm']}, {args.jm_hosts} JM hosts, {args.pns} PNs "
-              f"in {args.racks} racks over {args.procs} processes; files in {folder}; "
-              f"dashboard http://{info['http']}/")
+              f"in {args.racks} racks over {args.procs} processes, supervised (pid {info['supervisor']['pid']}); "
+              f"files in {folder}; dashboard http://{info['http']}/")
     elif args.action == "down":
         for line in livecluster.down(folder):
             print(line)
+    elif args.action == "restart":
+        if not args.name:
+            raise livecluster.ClusterError("which process? `apollo cluster restart NAME` (rm, jm0, pn1, ..., "
+                                           "supervisor; `apollo cluster status` lists them)")
+        old, new = livecluster.restart(folder, args.name)
+        print(f"{args.name} restarted: pid {old or '-'} -> {new}")
     else:
-        st = livecluster.status(folder)
-        dead = 0
-        for p in st["processes"]:
-            extra = f" PNs {p['pns'][0]}-{p['pns'][-1]}" if p["pns"] else ""
-            print(f"{p['role']}{p['index']:<3} pid {p['pid']:<8} {p['address']:<22} "
-                  f"{'alive' if p['alive'] else 'DEAD'}{extra}")
-            dead += not p["alive"]
-        c = st["config"]
-        print(f"{c['pns']} PNs x {c['cpus']} cpu / {c['mem_gb']} GB in {c['racks']} racks; scheduler {c['scheduler']}")
-        print("jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(st["jobs"].items())) or "none"))
-        return 1 if dead else 0
+        return _status(livecluster.status(folder))
     return 0
+
+
+def _uptime(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    return f"{s // 86400}d{s % 86400 // 3600}h" if s >= 86400 else f"{s // 3600}h{s % 3600 // 60:02d}m" \
+        if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{seconds:.1f}s"
+
+
+def _status(st: dict) -> int:
+    print(f"{'NAME':<11} {'PID':<8} {'ADDRESS':<22} {'STATE':<6} {'UP':>7} {'RESTARTS':>8}")
+    dead = 0
+    for p in st["processes"]:
+        extra = f"  PNs {p['pns'][0]}-{p['pns'][-1]}" if p["pns"] else ""
+        print(f"{p['name']:<11} {p['pid'] or '-':<8} {p['address']:<22} {'alive' if p['alive'] else 'DEAD':<6} "
+              f"{_uptime(p['uptime_s']):>7} {p['restarts']:>8}{extra}")
+        dead += not p["alive"]
+    sup = st["supervisor"]
+    if sup is None:
+        print("supervisor  -        (none: nothing restarts a process that dies)")
+    else:
+        print(f"{'supervisor':<11} {sup['pid']:<8} {'':<22} {'alive' if sup['alive'] else 'DEAD':<6} "
+              f"{_uptime(sup['uptime_s']):>7}")
+        dead += not sup["alive"] and not st["stopped"]
+    for e in st["joined"]:
+        what = f"PNs {e['pns'][0]}-{e['pns'][-1]}" if e.get("pns") else "a JM host"
+        print(f"{e['name']:<11} {'-':<8} {e['address']:<22} joined ({what}; `apollo cluster down` tells it to leave)")
+    c = st["config"]
+    print(f"{c['pns']} PNs x {c['cpus']} cpu / {c['mem_gb']} GB in {c['racks']} racks; scheduler {c['scheduler']}"
+          + ("; stopped by `apollo cluster down`" if st["stopped"] else ""))
+    print("jobs: " + (", ".join(f"{k} {v}" for k, v in sorted(st["jobs"].items())) or "none"))
+    return 1 if dead else 0
 
 
 def _node(args) -> int:
-    import asyncio
-    import logging
-
-    from apollo.tools.process import _tight_timers, join_cluster
-    from apollo.runtime.live import run
+    from apollo.tools.join import run_node
     folder = Path(args.dir).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(filename=str(folder / "joined.log"), level=logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        secret = Path(args.secret_file).read_bytes().strip()
+        Path(args.secret_file).read_bytes()
     except OSError as e:
         print(f"apollo node join: cannot read the secret file: {e}", file=sys.stderr)
         return 2
-    _tight_timers()
-    ready = None
-
-    async def main():
-        nonlocal ready
-        ready = asyncio.Event()
-        task = asyncio.ensure_future(join_cluster(
-            args.rm, secret, "jm" if args.jm_host else "pn", folder, pns=args.pns, cpus=args.cpus,
-            mem_gb=args.mem_gb, rack=args.rack, bind=args.bind, port=args.port, ready=ready))
-        await asyncio.wait([task, asyncio.ensure_future(ready.wait())], return_when=asyncio.FIRST_COMPLETED)
-        if ready.is_set():
-            print(f"joined the cluster at {args.rm} ({'a JM host' if args.jm_host else f'{args.pns} PNs'}); "
-                  f"logs in {folder}", flush=True)
-        return await task
-    run(main())
-    return 0
+    return run_node(args.rm, Path(args.secret_file).resolve(), "jm" if args.jm_host else "pn", folder, pns=args.pns,
+                    cpus=args.cpus, mem_gb=args.mem_gb, rack=args.rack, bind=args.bind, port=args.port)
 
 
 def _dashboard(args: argparse.Namespace) -> int:
@@ -79,9 +90,12 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    c = sub.add_parser("cluster", help="a local multi-process cluster: up, status, down")
+    c = sub.add_parser("cluster", help="a local multi-process cluster: up, status, restart, down")
     c.set_defaults(run=_cluster)
-    c.add_argument("action", choices=["up", "status", "down"], help="start, inspect or stop the cluster")
+    c.add_argument("action", choices=["up", "status", "restart", "down"],
+                   help="start (supervised: a process that dies is started again), inspect, restart one "
+                        "process, or stop the cluster (and tell joined processes to leave)")
+    c.add_argument("name", nargs="?", help="restart: the process (rm, jm0, pn1, ..., supervisor)")
     add_cluster_option(c)
     c.add_argument("--pns", type=count(1), default=16, help="PNs (servers) to run (default 16)")
     c.add_argument("--racks", type=count(1), default=4, help="racks the PNs are spread over (default 4)")
@@ -100,7 +114,9 @@ def register(sub) -> None:
 
     nd = sub.add_parser("node", help="join a running cluster from this machine: PNs or a JM host")
     nd.set_defaults(run=_node)
-    nd.add_argument("action", choices=["join"], help="join the cluster (and serve until told to leave)")
+    nd.add_argument("action", choices=["join"],
+                    help="join the cluster and serve until told to leave (`apollo cluster down`) or stopped; "
+                         "its process is started again if it dies")
     nd.add_argument("--rm", required=True, metavar="HOST:PORT", help="the cluster's RM (cluster.json's \"rm\")")
     nd.add_argument("--secret-file", required=True, metavar="FILE", help="a copy of the cluster's DIR/secret")
     nd.add_argument("--pns", type=count(1), default=1, help="PNs to run here (one per server; default 1)")
