@@ -67,8 +67,9 @@ class JmHomes:
         ``out``."""
         if not e.host or e.host not in self.hosts_alive:
             self.home(e, self.pick_host())
-            if len(self.jm_hosts) > 1 or e.generation:
-                out.append(Persist("home", (e.job_id, e.host, e.generation)))
+            # stored (after the StartJob: not on its path), even with one host: a job stored
+            # with no host is one not admitted yet, as `apollo jobs` tells (rm/store.py)
+            out.append(Persist("home", (e.job_id, e.host, e.generation)))
         return [self.messages.offer(e, now)] + out
 
     def new_generation(self, e: JobEntry, now: float) -> list:

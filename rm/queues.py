@@ -28,6 +28,9 @@ from .queue_order import ORDERS
 from .sharing import KINDS
 
 ROOT = "root"
+DEFAULT_QUEUE = "default"            # a job's queue when it names none (apollo/core/spec.py)
+# What a job may name on a cluster without a queue file: its one queue.
+SINGLE_QUEUE_NAMES = frozenset({DEFAULT_QUEUE, ROOT, ""})
 
 
 class QueueError(ValueError):
@@ -141,8 +144,18 @@ class QueueTree:
     def parent(self, path: str) -> str | None:
         return self._parent.get(path)
 
+    def job_leaf(self, name: str) -> QueueSpec:
+        """The leaf queue a submitted job names (``leaf``), where a single-queue tree (no queue
+        file) takes only the name a job gets by default and its root's: a job sent to a queue
+        that does not exist would otherwise run as if it had been sent to the one there is."""
+        if self.is_single and name not in SINGLE_QUEUE_NAMES:
+            raise UnknownQueue(f"unknown queue {name!r}: this cluster has one queue (no queue file), "
+                               f"{DEFAULT_QUEUE!r}; leave the queue out or name that one")
+        return self.leaf(name)
+
     def leaf(self, name: str) -> QueueSpec:
-        """The leaf queue a job names. A single-queue tree takes any name (jobs default to it)."""
+        """The leaf queue of a name. A single-queue tree takes any name (its one queue is every
+        job's; what a submitted job may name is ``job_leaf``'s)."""
         if self.is_single:
             return self.root
         if name.startswith(ROOT + "."):

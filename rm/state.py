@@ -269,7 +269,7 @@ class RmState:
     def _leaf_of(self, spec: JobSpec) -> tuple[str, str]:
         """(leaf queue path, "") or ("", why the queue is refused)."""
         try:
-            return self.tree.leaf(spec.queue).path, ""
+            return self.tree.job_leaf(spec.queue).path, ""
         except QueueError as e:
             return "", f"job {spec.name!r}: {e}"
 
@@ -373,7 +373,7 @@ class RmState:
         self.homes.home(e, "")
         self.admission.forget(e)
         self.outcomes[msg.job_id] = msg
-        out: list = [Persist("finish", (msg.job_id, e.state, msg.reason, now))]
+        out: list = [Persist("finish", (msg.job_id, e.state, msg.reason, finished_at(e, msg, now), msg.tasks_done))]
         if told_submitter:
             self._copies_due.append((e.reply_to, msg))
         else:
@@ -399,6 +399,16 @@ class RmState:
         assert all(e.tokens >= 0 for e in self.jobs.values())
         assert all(j < self.next_job_id for j in self.jobs)
         assert sum(self.holding().values()) <= self.capacity + 1e-6, "more CPUs held than the cluster has"
+
+
+def finished_at(e: JobEntry, msg: JobDone, now: float) -> float:
+    """When a job really ended: its JM's time (the JM host stamps its JobDone when the last task
+    ends, on the cluster's clock), not when the RM heard of it, which may be much later (the
+    RM was down, or restarting, when the job ended: its host repeats the JobDone once it is
+    back). A time outside the job's life here (before its submission, after now) is not on
+    this RM's clock: ``now`` stands in."""
+    t = msg.finished_at
+    return t if e.submitted_at <= t <= now else now
 
 
 def _unknown_server(hb: Heartbeat) -> Log:

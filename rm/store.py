@@ -43,6 +43,15 @@ class StoredJobs:
     boots: int = 0
 
 
+# Columns of the jobs table added for `apollo jobs` (name -> declaration).
+LISTING_COLUMNS = {"queue": "TEXT DEFAULT ''", "user": "TEXT DEFAULT ''", "tasks": "INTEGER DEFAULT 0",
+                   "tasks_done": "INTEGER"}
+
+
+def _decode(job_id: int, blob: bytes) -> JobSpec:
+    return JOB["decode"](msgpack.unpackb(blob, raw=False), f"stored job {job_id}")
+
+
 class JobStore:
     def apply(self, p: Persist) -> None:
         """Carry out an RM's Persist (see OPS)."""
@@ -52,7 +61,7 @@ class JobStore:
         getattr(self, op)(*p.args)
 
     # Persist op -> method: ("put", (job_id, spec, submitted_at, reply_to[, key, host])), ("finish",
-    # (job_id, state, reason, at)), ("home", (job_id, host, generation)), ("progress", (job_id,
+    # (job_id, state, reason, at[, tasks_done])), ("home", (job_id, host, generation)), ("progress", (job_id,
     # done bitmap)), ("boot", (boots,)), ("queues", ...).
     OPS = {"put": "put", "finish": "finish", "queues": "queues", "home": "home", "progress": "progress",
            "boot": "boot"}
@@ -62,7 +71,7 @@ class JobStore:
 
     def put(self, job_id: int, spec: JobSpec, submitted_at: float, reply_to: str, key: str = "",
             host: str = "") -> None: ...
-    def finish(self, job_id: int, state: str, reason: str, at: float) -> None: ...
+    def finish(self, job_id: int, state: str, reason: str, at: float, tasks_done: int | None = None) -> None: ...
     def home(self, job_id: int, host: str, generation: int) -> None: ...
     def progress(self, job_id: int, done: bytes) -> None: ...
     def boot(self, boots: int) -> None: ...
@@ -79,18 +88,18 @@ class JobStore:
 
 
 class MemoryJobStore(JobStore):
-    # row: [spec, submitted_at, reply_to, state, finished_at, reason, key, host, generation, done]
+    # row: [spec, submitted_at, reply_to, state, finished_at, reason, key, host, generation, done, tasks_done]
     def __init__(self) -> None:
         self.rows: dict[int, list] = {}
         self._boots = 0
 
     def put(self, job_id, spec, submitted_at, reply_to, key="", host=""):
-        self.rows[job_id] = [spec, submitted_at, reply_to, "running", None, "", key, host, 0, b""]
+        self.rows[job_id] = [spec, submitted_at, reply_to, "running", None, "", key, host, 0, b"", None]
 
-    def finish(self, job_id, state, reason, at):
+    def finish(self, job_id, state, reason, at, tasks_done=None):
         r = self.rows.get(job_id)
         if r is not None:
-            r[3], r[4], r[5] = state, at, reason
+            r[3], r[4], r[5], r[10] = state, at, reason, tasks_done
 
     def home(self, job_id, host, generation):
         r = self.rows.get(job_id)
@@ -147,13 +156,33 @@ class SqliteJobStore(JobStore):
             job_id INTEGER PRIMARY KEY, queue TEXT, position INTEGER)""")
         if "held" not in {r[1] for r in self.db.execute("PRAGMA table_info(queue_state)")}:
             self.db.execute("ALTER TABLE queue_state ADD COLUMN held REAL DEFAULT 0")
+        self._add_listing_columns(have)
+
+    def _add_listing_columns(self, have: set) -> None:
+        """Columns `apollo jobs` lists and filters on (added with it): the job's queue and user
+        as submitted, its task count, and the tasks done when it ended. An older store gains
+        them filled in from the stored specs."""
+        missing = [c for c in LISTING_COLUMNS if c not in have]
+        if not missing:
+            return
+        with self.db:
+            self.db.execute("BEGIN")
+            for col in missing:
+                self.db.execute(f"ALTER TABLE jobs ADD COLUMN {col} {LISTING_COLUMNS[col]}")
+            if "queue" in missing:
+                rows = self.db.execute("SELECT job_id, spec FROM jobs").fetchall()
+                for job_id, blob in rows:
+                    spec = _decode(job_id, blob)
+                    self.db.execute("UPDATE jobs SET queue=?, user=?, tasks=? WHERE job_id=?",
+                                    (spec.queue, spec.user, spec.total_tasks, job_id))
 
     def put(self, job_id, spec, submitted_at, reply_to, key="", host=""):
         blob = msgpack.packb(JOB["encode"](spec), use_bin_type=True)
         # A plain INSERT: an id is never reused, so a clash is a bug to hear about, not to paper over.
         self.db.execute("INSERT INTO jobs (job_id, name, spec, submitted_at, reply_to, state, finished_at, reason,"
-                        " key, host) VALUES (?,?,?,?,?,'running',NULL,'',?,?)",
-                        (job_id, spec.name, blob, submitted_at, reply_to, key, host))
+                        " key, host, queue, user, tasks) VALUES (?,?,?,?,?,'running',NULL,'',?,?,?,?,?)",
+                        (job_id, spec.name, blob, submitted_at, reply_to, key, host, spec.queue, spec.user,
+                         spec.total_tasks))
 
     def home(self, job_id, host, generation):
         self.db.execute("UPDATE jobs SET host=?, generation=? WHERE job_id=?", (host, generation, job_id))
@@ -172,9 +201,9 @@ class SqliteJobStore(JobStore):
         return self.db.execute("SELECT job_id, key, state, reason, finished_at FROM jobs WHERE state!='running'"
                                " ORDER BY job_id").fetchall()
 
-    def finish(self, job_id, state, reason, at):
-        self.db.execute("UPDATE jobs SET state=?, finished_at=?, reason=? WHERE job_id=?",
-                        (state, at, reason, job_id))
+    def finish(self, job_id, state, reason, at, tasks_done=None):
+        self.db.execute("UPDATE jobs SET state=?, finished_at=?, reason=?, tasks_done=? WHERE job_id=?",
+                        (state, at, reason, tasks_done, job_id))
 
     def queues(self, at, shares, running, waiting, positions, held=None):
         held = held or {}
@@ -193,7 +222,7 @@ class SqliteJobStore(JobStore):
             "SELECT job_id, spec, submitted_at, reply_to, key, host, generation, done FROM jobs"
             " WHERE state='running' ORDER BY job_id").fetchall()
         for job_id, blob, t, reply_to, key, host, gen, done in rows:
-            spec = JOB["decode"](msgpack.unpackb(blob, raw=False), f"stored job {job_id}")
+            spec = _decode(job_id, blob)
             yield StoredJob(job_id, spec, t, reply_to, key or "", host or "", gen or 0, bytes(done or b""))
 
     def max_job_id(self):
@@ -202,3 +231,59 @@ class SqliteJobStore(JobStore):
     def all(self):
         return self.db.execute(
             "SELECT job_id, name, state, submitted_at, finished_at, reason FROM jobs ORDER BY job_id").fetchall()
+
+
+# ---- reading a live RM's store (`apollo jobs`) -----------------------------------------------
+@dataclass(frozen=True)
+class ListedJob:
+    """A job as `apollo jobs` lists it. ``state``: waiting (not admitted yet: in its queue's
+    line), running, done, failed or cancelled. Times are the cluster's clock."""
+    job_id: int
+    name: str
+    queue: str
+    user: str
+    state: str
+    tasks: int
+    tasks_done: int
+    submitted_at: float
+    finished_at: float | None
+    reason: str
+
+
+def list_jobs(con: sqlite3.Connection) -> list[ListedJob]:
+    """Every stored job, in id order, from a connection to a live RM's store (read-only is
+    enough: a store older than the listing columns is read from its specs).
+
+    A job not finished is waiting while it has no JM host (it was stored without one and no
+    admission placed it since: every admission writes its host) or the RM's last round left
+    it in a queue's line (the ``waiting`` table: a restarted RM re-admits stored jobs anew)."""
+    have = {r[1] for r in con.execute("PRAGMA table_info(jobs)")}
+    if not have:
+        return []
+    listing = all(c in have for c in LISTING_COLUMNS)
+    cols = "queue, user, tasks, tasks_done" if listing else "spec, NULL, NULL, NULL"
+    try:
+        in_line = {r[0] for r in con.execute("SELECT job_id FROM waiting")}
+    except sqlite3.OperationalError:       # a store from before the queues' tables
+        in_line = set()
+    out = []
+    for row in con.execute(f"SELECT job_id, name, state, submitted_at, finished_at, reason, host, done, {cols}"
+                           " FROM jobs ORDER BY job_id"):
+        job_id, name, state, t0, t1, reason, host, done, queue, user, tasks, tasks_done = row
+        if not listing:
+            spec = _decode(job_id, queue)
+            queue, user, tasks = spec.queue, spec.user, spec.total_tasks
+        if state == "running":
+            if not host or job_id in in_line:
+                state = "waiting"
+            tasks_done = _bits(done)
+        elif tasks_done is None:          # ended before its store counted tasks done
+            tasks_done = tasks if state == "done" else _bits(done)
+        out.append(ListedJob(job_id, name or "", queue or "", user or "", state, int(tasks or 0),
+                             int(tasks_done), float(t0), None if t1 is None else float(t1), reason or ""))
+    return out
+
+
+def _bits(done: bytes | None) -> int:
+    """Tasks marked done in a packed bitmap (numpy.packbits: the padding bits are 0)."""
+    return sum(bin(b).count("1") for b in bytes(done or b""))

@@ -148,12 +148,19 @@ def test_unknown_queue_lists_the_leaves():
 def test_single_tree_takes_every_job():
     t = QueueTree.single()
     assert t.leaf("default") is t.root and t.leaf("anything") is t.root
+    assert t.job_leaf("default") is t.root and t.job_leaf("root") is t.root and t.job_leaf("") is t.root
     assert t.leaves() == (t.root,) and t.sharing == "fair"
     pol = make_sharing_policy(t)
     jobs = tuple(job(i, queue="whatever", demand=d) for i, d in enumerate([2, 10, 10]))
     a = pol.allocate(Snapshot(0.0, 16, jobs))
     assert a.tokens == {0: 2, 1: 7, 2: 7}                     # the even (max-min) split
     assert a.shares == {"root": 16.0}
+
+
+def test_single_tree_refuses_other_queue_names():
+    """No queue file: a job naming a queue that does not exist is refused, not run elsewhere."""
+    with pytest.raises(UnknownQueue, match=r"unknown queue 'prod'.*one queue \(no queue file\), 'default'"):
+        QueueTree.single().job_leaf("prod")
 
 
 # ---- water filling ---------------------------------------------------------------------------

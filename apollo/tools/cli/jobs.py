@@ -14,6 +14,10 @@ def _submit(args: argparse.Namespace) -> int:
     from apollo.tools.jobfile import load_job_file
     from apollo.runtime.live import run
     spec = load_job_file(args.jobfile)
+    if args.queue is not None or args.user is not None:        # the command line over the file
+        import dataclasses
+        spec = dataclasses.replace(spec, queue=spec.queue if args.queue is None else args.queue,
+                                   user=spec.user if args.user is None else args.user)
 
     async def go() -> int:
         async with Client(args.cluster) as c:
@@ -72,30 +76,155 @@ async def _wait_with_progress(c, job_id: int, total: int):
             await asyncio.wait([waiting], timeout=0.2)
 
 
+# ---- apollo jobs ------------------------------------------------------------------------------
+JOB_STATES = ("waiting", "running", "done", "failed", "cancelled")
+
+
+class ClusterClock:
+    """The cluster's clock (seconds since its epoch: cluster.json's ``epoch``, a reading of this
+    machine's monotonic clock when the cluster came up) against this machine's wall clock."""
+
+    def __init__(self, epoch: float | None, monotonic: float | None = None, wall: float | None = None) -> None:
+        import time
+        mono = time.monotonic() if monotonic is None else monotonic
+        self.now = None if epoch is None else mono - epoch                # the cluster's time now
+        self._wall_at_zero = None if epoch is None else (time.time() if wall is None else wall) - self.now
+
+    def wall(self, t: float) -> float | None:
+        """Cluster time ``t`` as a Unix time (None: the cluster's epoch is unknown)."""
+        return None if self._wall_at_zero is None else self._wall_at_zero + t
+
+
+def select_jobs(rows: list, states=None, queue: str | None = None, user: str | None = None,
+                limit: int | None = None) -> list:
+    """The jobs (rm.store.ListedJob, in id order) in any of ``states``, in ``queue`` (a leaf's
+    name or path, "root." optional) and of ``user``; the most recent ``limit`` of them."""
+    def same_queue(name: str) -> bool:
+        strip = lambda q: q[5:] if q.startswith("root.") else q     # noqa: E731
+        return strip(name) == strip(queue)
+    out = [r for r in rows if (not states or r.state in states) and (queue is None or same_queue(r.queue))
+           and (user is None or r.user == user)]
+    return out[-limit:] if limit else out
+
+
+def _duration(r, clock: ClusterClock) -> float | None:
+    """Submission to end, or to now for a job not ended (None if now is unknown)."""
+    end = r.finished_at if r.finished_at is not None else clock.now
+    return None if end is None else max(0.0, end - r.submitted_at)
+
+
+def job_dicts(rows: list, clock: ClusterClock) -> list[dict]:
+    """`apollo jobs --json`'s rows: the table's columns, and the times behind them (the
+    cluster's clock, seconds; ``submitted``: the wall time, ISO 8601)."""
+    from datetime import datetime
+    out = []
+    for r in rows:
+        wall = clock.wall(r.submitted_at)
+        took = _duration(r, clock)
+        out.append({"id": r.job_id, "name": r.name, "queue": r.queue, "user": r.user, "state": r.state,
+                    "progress": f"{r.tasks_done}/{r.tasks}", "tasks_done": r.tasks_done, "tasks": r.tasks,
+                    "submitted": None if wall is None else datetime.fromtimestamp(wall).isoformat(timespec="seconds"),
+                    "duration_s": None if took is None else round(took, 3),
+                    "submitted_at": round(r.submitted_at, 3),
+                    "finished_at": None if r.finished_at is None else round(r.finished_at, 3),
+                    "reason": r.reason})
+    return out
+
+
+def format_duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 60:
+        return f"{s:.1f}s"
+    m, sec = divmod(int(round(s)), 60)
+    if m < 60:
+        return f"{m}m{sec:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m"
+
+
+def jobs_table(rows: list, clock: ClusterClock, today=None) -> list[str]:
+    """`apollo jobs`'s lines: a header and one line per job (submitted as a time of day, with
+    its date if not today)."""
+    from datetime import date, datetime
+    today = today or date.today()
+
+    def when(t: float) -> str:
+        wall = clock.wall(t)
+        if wall is None:
+            return "-"
+        d = datetime.fromtimestamp(wall)
+        return d.strftime("%H:%M:%S") if d.date() == today else d.strftime("%Y-%m-%d %H:%M:%S")
+
+    header = ("ID", "NAME", "QUEUE", "USER", "STATE", "PROGRESS", "SUBMITTED", "DURATION", "REASON")
+    cells = [(str(r.job_id), r.name, r.queue, r.user, r.state, f"{r.tasks_done}/{r.tasks}", when(r.submitted_at),
+              format_duration(_duration(r, clock)), r.reason.splitlines()[0] if r.reason else "")
+             for r in rows]
+    widths = [max(len(c[i]) for c in [header] + cells) for i in range(len(header))]
+    right = {0, 5, 7}                               # numbers line up on the right
+    return [("  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cols, widths)))).rstrip()
+            for cols in [header] + cells]
+
+
 def _jobs(args: argparse.Namespace) -> int:
+    """The stored jobs (the RM's store, read-only): listed even when the cluster is down
+    (cli/__init__.py says so then, and exits 1)."""
+    import json
     import sqlite3
-    db = Path(args.cluster).expanduser() / "jobs.db"
-    if not db.exists():
-        print(f"no jobs stored in {db} yet")
-        return 0
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        waiting = {r[0] for r in con.execute("SELECT job_id FROM waiting")}
-    except sqlite3.OperationalError:
-        waiting = set()
-    for row in con.execute("SELECT job_id, name, state, submitted_at, finished_at, reason FROM jobs ORDER BY job_id"):
-        job_id, name, state, t0, t1, reason = row
-        if state == "running" and job_id in waiting:
-            state = "waiting"                 # not admitted yet: in its queue's line
-        took = f"{t1 - t0:.2f} s" if t1 is not None else "-"
-        print(f"{job_id:>6}  {state:<9} {took:>10}  {name}  {reason}")
+
+    from apollo.tools.livecluster import read_info, running
+    from rm.store import list_jobs
+    folder = Path(args.cluster).expanduser()
+    info = read_info(folder)
+    up, _ = running(folder, info)
+    db = folder / "jobs.db"
+    rows = []
+    if db.exists():
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            rows = list_jobs(con)
+        finally:
+            con.close()
+    clock = ClusterClock(info.get("epoch"))
+    if not up:
+        clock.now = None            # a stopped cluster's unfinished jobs are not running now
+    rows = select_jobs(rows, args.state, args.queue, args.user, args.limit)
+    if args.json:
+        print(json.dumps({"cluster_running": up, "jobs": job_dicts(rows, clock)}, indent=1))
+    elif not rows:
+        print("no jobs" + (" match" if args.state or args.queue or args.user else f" stored in {db} yet"))
+    else:
+        print("\n".join(jobs_table(rows, clock)))
     return 0
+
+
+# ---- apollo queues -----------------------------------------------------------------------------
+def queue_rows(tree, capacity: float, state: dict, waiting: dict) -> list[dict]:
+    """Each queue, parents before children: its guarantee and max in cores, its share at the
+    RM's last round, the CPUs its jobs hold, running and waiting jobs, and the waiting jobs in
+    line (a parent's figures are its children's summed). ``state``: path -> (share, running,
+    waiting, held), as the store's queue_state; ``waiting``: leaf -> job ids in line."""
+    lim = tree.resolve(capacity)
+    state = dict(state)
+    for q in reversed(tree.nodes()):         # a parent holds what its children hold
+        if q.children and q.path not in state:
+            kids = [state.get(c.path, (0.0, 0, 0, 0.0)) for c in q.children]
+            state[q.path] = tuple(sum(k[i] for k in kids) for i in range(4))
+    rows = []
+    for q in tree.nodes():
+        share, run, nwait, held = state.get(q.path, (0.0, 0, 0, 0.0))
+        rows.append({"queue": q.path, "name": q.name, "depth": q.path.count(".") + (0 if q.path == "root" else 1),
+                     "guarantee": round(lim[q.path].guarantee, 3), "max": round(lim[q.path].max, 3),
+                     "share": round(share or 0.0, 3), "held": round(held or 0.0, 3), "running": int(run or 0),
+                     "waiting": int(nwait or 0), "in_line": list(waiting.get(q.path, []))})
+    return rows
 
 
 def _queues(args: argparse.Namespace) -> int:
     """The queue tree of a live cluster: each queue's guarantee and max (in cores on this
     cluster), its share at the RM's last round, the CPUs its jobs hold (run on), running jobs,
     and waiting jobs in order."""
+    import json
     import sqlite3
 
     from apollo.tools.livecluster import read_info
@@ -105,7 +234,6 @@ def _queues(args: argparse.Namespace) -> int:
     cfg = read_info(folder)["config"]
     tree = load_queue_file(folder / cfg["queues"]) if cfg.get("queues") else single_queue()
     cap = cfg["pns"] * cfg["cpus"]
-    lim = tree.resolve(cap)
     state, waiting = {}, {}
     db = folder / "jobs.db"
     if db.exists():
@@ -117,19 +245,18 @@ def _queues(args: argparse.Namespace) -> int:
         except sqlite3.OperationalError:
             pass
         con.close()
+    rows = queue_rows(tree, cap, state, waiting)
+    if args.json:
+        print(json.dumps({"sharing": tree.sharing, "capacity_cores": cap, "source": tree.source, "queues": rows},
+                         indent=1))
+        return 0
     print(f"{tree.sharing} sharing over {cap:g} cores ({tree.source})")
-    for q in reversed(tree.nodes()):         # a parent holds what its children hold
-        if q.children and q.path not in state:
-            kids = [state.get(c.path, (0.0, 0, 0, 0.0)) for c in q.children]
-            state[q.path] = tuple(sum(k[i] for k in kids) for i in range(4))
     print(f"{'queue':<24} {'guarantee':>9} {'max':>7} {'share now':>9} {'held':>6} {'running':>7} {'waiting':>7}"
           f"  next in line")
-    for q in tree.nodes():
-        depth = q.path.count(".") + (0 if q.path == "root" else 1)
-        share, running, nwait, held = state.get(q.path, (0.0, 0, 0, 0.0))
-        line = ", ".join(f"job {j}" for j in waiting.get(q.path, [])[:5])
-        print(f"{'  ' * depth + q.name:<24} {lim[q.path].guarantee:>9.1f} {lim[q.path].max:>7.1f} {share:>9.1f} "
-              f"{held or 0.0:>6.1f} {running:>7} {nwait:>7}  {line}")
+    for r in rows:
+        line = ", ".join(f"job {j}" for j in r["in_line"][:5])
+        print(f"{'  ' * r['depth'] + r['name']:<24} {r['guarantee']:>9.1f} {r['max']:>7.1f} {r['share']:>9.1f} "
+              f"{r['held']:>6.1f} {r['running']:>7} {r['waiting']:>7}  {line}")
     return 0
 
 
@@ -195,13 +322,23 @@ def register(sub) -> None:
     sb.set_defaults(run=_submit, on_cluster=True)
     sb.add_argument("jobfile", help="the job file (TOML; see docs/design.md)")
     add_cluster_option(sb)
+    sb.add_argument("--queue", metavar="Q", help="the queue to submit to (over the job file's `queue`)")
+    sb.add_argument("--user", metavar="U", help="the user to submit as (over the job file's `user`)")
     sb.add_argument("--wait", action="store_true", help="wait for the job to finish, with progress bars")
     sb.add_argument("--timeout", type=positive, default=30.0, metavar="S",
                     help="give up if the RM has not accepted the job after S seconds (default 30)")
 
-    j = sub.add_parser("jobs", help="list the cluster's jobs")
+    j = sub.add_parser("jobs", help="list the cluster's jobs: queue, user, state, progress, times")
     j.set_defaults(run=_jobs, on_cluster=True)
     add_cluster_option(j)
+    j.add_argument("--state", action="append", choices=JOB_STATES, metavar="STATE",
+                   help=f"only jobs in this state ({', '.join(JOB_STATES)}; may be given again); "
+                        "waiting: not admitted yet, in its queue's line")
+    j.add_argument("--queue", metavar="Q", help="only jobs submitted to queue Q")
+    j.add_argument("--user", metavar="U", help="only jobs of user U")
+    j.add_argument("--limit", type=count(1), metavar="N", help="only the N most recent jobs (of those selected)")
+    j.add_argument("--json", action="store_true",
+                   help='print {"cluster_running": bool, "jobs": [...]} instead of a table')
 
     cn = sub.add_parser("cancel", help="cancel a job")
     cn.set_defaults(run=_cancel, on_cluster=True)
@@ -213,6 +350,7 @@ def register(sub) -> None:
     qs = sub.add_parser("queues", help="the queue tree: guarantees, shares, running and waiting jobs")
     qs.set_defaults(run=_queues, on_cluster=True)
     add_cluster_option(qs)
+    qs.add_argument("--json", action="store_true", help="print the same figures as JSON")
 
     r = sub.add_parser("replay", help="replay a trace on a live cluster")
     r.set_defaults(run=_replay, on_cluster=True)
