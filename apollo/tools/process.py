@@ -23,6 +23,7 @@ from typing import Callable
 from apollo.core.cluster import IoModel, Topology
 from apollo.tools.join import JoinStore, Registrar
 from apollo.tools.livecluster import process_name
+from apollo.tools.logs import add_log_service
 from apollo.core.messages import JoinReply, JoinRequest, Leave
 from apollo.runtime.live import LiveRuntime, run
 from jm.host import JmHost
@@ -166,6 +167,7 @@ def add_actors(rt: LiveRuntime, info: dict, me: dict, folder: Path) -> None:
     else:
         for s in me["pns"]:
             rt.add(f"pn:{s}", PnState(s, pncfg))
+        add_log_service(rt, me)         # "logs:NAME": its tasks' output, for `apollo logs`
 
 
 async def serve(folder: Path, role: str, index: int) -> None:
