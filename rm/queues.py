@@ -307,9 +307,8 @@ class _Parser:
         for key in ("min_share_timeout_s", "fair_share_timeout_s", "reclaim_timeout_s"):
             if key in body:
                 kw[key] = self.number(where, key, body[key], lo=0.0)
-        g, mx = kw.get("guarantee"), kw.get("max")
-        if g is not None and mx is not None and g.cores is not None and mx.cores is not None and mx.cores < g.cores:
-            raise self.fail(where, f"max ({mx}) must be >= guarantee ({g})")
+        if self.max_below_guarantee(path, kw.get("guarantee"), kw.get("max")):
+            raise self.fail(where, f"max ({kw['max']}) must be >= guarantee ({kw['guarantee']})")
         sub = body.get("queues", {})
         if not isinstance(sub, dict):
             raise self.fail(where, "queues must be a table of child queues")
@@ -318,6 +317,19 @@ class _Parser:
         spec = QueueSpec(path, children=children, **kw)
         self.check_level(spec, parent_cores=spec.guarantee.cores)
         return spec
+
+    @staticmethod
+    def max_below_guarantee(path: str, g: Amount | None, mx: Amount | None) -> bool:
+        """Whether a queue's max is below its guarantee whatever the cluster's size: both in
+        cores, or both percentages of the same base (a top-level queue's are the cluster's;
+        deeper, a guarantee is a fraction of the parent's guarantee and a max of the parent's
+        max, which may differ). Other mixes depend on the cluster (resolve raises the max)."""
+        if g is None or mx is None:
+            return False
+        if g.cores is not None and mx.cores is not None:
+            return mx.cores < g.cores
+        same_base = "." not in path
+        return same_base and g.percent is not None and mx.percent is not None and mx.percent < g.percent
 
     def number(self, where, key, v, lo=None, hi=None, lo_open=False) -> float:
         if not _is_number(v) or not math.isfinite(v):

@@ -90,10 +90,24 @@ BAD = [
     ({"queues": {"a": {"max_running_jobs": 2.5}}}, 'queue "a": max_running_jobs must be a whole number'),
     ({"queues": {"a": {"max_jobs_per_user": 0}}}, 'queue "a": max_jobs_per_user must be a whole number >= 1'),
     ({"queues": {"a": {"guarantee": 10, "max": 5}}}, 'queue "a": max (5) must be >= guarantee (10)'),
+    ({"queues": {"a": {"guarantee": "50%", "max": "30%"}}}, 'queue "a": max (30%) must be >= guarantee (50%)'),
+    ({"queues": {"p": {"guarantee": 10, "queues": {"x": {"guarantee": 6, "max": 4}}}}},
+     'queue "p.x": max (4) must be >= guarantee (6)'),
     ({"queues": {"a": {"min_share_timeout_s": -1}}}, 'queue "a": min_share_timeout_s must be >= 0'),
     ({"pools": {}}, "unknown key 'pools' at the top level; valid keys: sharing, queues"),
     ({"queues": {"a": 3}}, 'queue "a": must be a table'),
 ]
+
+
+def test_max_below_guarantee_only_where_the_file_alone_tells():
+    """Percentages of different bases (a child's guarantee is of its parent's guarantee, its
+    max of its parent's max) and cores against percentages depend on the cluster: accepted."""
+    ok = {"queues": {"p": {"guarantee": "10%", "max": "100%",
+                           "queues": {"x": {"guarantee": "50%", "max": "30%"}}},
+                     "q": {"guarantee": "20%", "max": 2}}}
+    t = QueueTree.parse(ok)
+    lim = t.resolve(100.0)
+    assert lim["p.x"].guarantee == 5.0 and lim["p.x"].max == 30.0
 
 
 @pytest.mark.parametrize("data,message", BAD)
@@ -226,6 +240,8 @@ def trees(draw, sharing):
                 q["max"] = draw(st.sampled_from(["100%", "80%", "50%", 70, 200]))
                 if isinstance(q["max"], int) and isinstance(q.get("guarantee"), int):
                     q["max"] = max(q["max"], q["guarantee"])
+                if depth == 0 and isinstance(q["max"], str) and isinstance(q.get("guarantee"), str):
+                    q["max"] = f"{max(int(q['max'][:-1]), int(q['guarantee'][:-1]))}%"   # a file's check
             if draw(st.booleans()):
                 q["lending_limit"] = draw(st.sampled_from(["0%", "50%", 5, "100%"]))
             if depth == 0 and draw(st.integers(0, 2)) == 0:
