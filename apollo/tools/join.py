@@ -156,33 +156,47 @@ def tell_joined_to_leave(folder: Path, wait_s: float = LEAVE_WAIT_S) -> list[str
 
 
 async def _leave(entries: list[dict], secret: bytes, wait_s: float) -> list[str]:
+    """Connect to each joined process; tell those reached to leave, until a connection to them is
+    refused (they are gone); those never reached were not running."""
     import asyncio
+    import logging
 
     from apollo.core.messages import Leave
     from apollo.runtime.live import LiveRuntime
+    quiet = logging.getLogger("apollo.transport")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)           # refused connections are the expected end here
     rt = LiveRuntime(secret)
     failed: set[str] = set()
     rt.endpoint.on_dial_failed = lambda hostport, why: failed.add(hostport)
+    rt.endpoint.on_handshake_failed = lambda hostport, why, by_peer: failed.add(hostport)   # not ours: not it
     for e in entries:
         rt.add_route(member_address(e["name"]), e["address"])
     await rt.start(listen_port=0)
     loop = asyncio.get_running_loop()
     end = loop.time() + wait_s
     pending = {e["address"]: e for e in entries}
-    reached: set[str] = set()
+    told: set[str] = set()
     lines = []
-    while pending and loop.time() < end:
-        reached |= {listen for _, listen, _ in rt.endpoint.peers()}
-        for address, e in list(pending.items()):
-            if address in failed:     # cannot connect (any more): it is gone
-                lines.append(f"{e['name']} (joined, {address}) " + ("left" if address in reached else "was not running"))
-                del pending[address]
-            else:
-                rt.inject(member_address(e["name"]), Leave("apollo cluster down"))
-        await asyncio.sleep(0.1)
-    lines += [f"{e['name']} (joined, {a}) did not answer within {wait_s:.0f} s: not told to leave"
-              for a, e in pending.items()]
-    await rt.stop()
+    try:
+        while pending and loop.time() < end:
+            connected = {listen for _, listen, _ in rt.endpoint.peers()}
+            for address, e in list(pending.items()):
+                if address in failed:       # a connection refused (or timed out): gone
+                    lines.append(f"{e['name']} (joined, {address}) " + ("left" if address in told else
+                                                                         "was not running"))
+                    del pending[address]
+                elif address in connected or address in told:
+                    rt.inject(member_address(e["name"]), Leave("apollo cluster down"))
+                    told.add(address)
+                else:
+                    rt.endpoint.connect(address)
+            await asyncio.sleep(0.05)
+        lines += [f"{e['name']} (joined, {a}) did not answer within {wait_s:.0f} s" +
+                  (" after being told to leave" if a in told else ": not told to leave") for a, e in pending.items()]
+        await rt.stop()
+    finally:
+        quiet.setLevel(level)
     return lines
 
 

@@ -54,12 +54,12 @@ class Watched:
     """One process under watch: ``state`` "up" (running), "waiting" (dead, to start at ``due``)
     or "starting" (started, not listening yet; given up on at ``due``)."""
 
-    def __init__(self, entry: dict, now: float) -> None:
+    def __init__(self, entry: dict, since: float) -> None:
         self.entry = entry              # its entry in cluster.json (pid, ticks, started_at, restarts)
         self.name = process_name(entry["role"], entry["index"])
         self.backoff = Backoff()
         self.state = "up"
-        self.since = now                # when it was last started (monotonic)
+        self.since = since              # when it was last started (monotonic)
         self.due = 0.0
         self.asked_at = 0.0             # a restart asked for by hand (0: none)
 
@@ -68,8 +68,8 @@ class Supervisor:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.info = read_info(folder)
-        now = time.monotonic()
-        self.watched = [Watched(p, now) for p in self.info["processes"]]
+        now, wall = time.monotonic(), time.time()
+        self.watched = [Watched(p, now - max(0.0, wall - p.get("started_at", wall))) for p in self.info["processes"]]
         self.children: set[int] = set()     # pids this process started (reaped here)
         self.stopping = False
 
