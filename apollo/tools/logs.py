@@ -58,8 +58,8 @@ class LogService:
 
     def listing(self, job_id: int) -> LogList:
         folder = Path(self.executor.workdir)
-        running = {key[1]: int(owner.rsplit(":", 1)[1]) for owner, key in self.executor.running
-                   if key[1][0] == job_id and owner.startswith("pn:")}
+        running = {tuple(key): int(owner.rsplit(":", 1)[1]) for owner, key in self.executor.running
+                   if key[0] == job_id and owner.startswith("pn:")}
         rows = []
         for out in folder.glob(f"{job_id}-*.out"):
             try:
