@@ -185,3 +185,49 @@ def test_submit_options_reach_the_spec():
     with pytest.raises(SystemExit):
         build_parser().parse_args(["jobs", "--limit", "0"])
     assert isinstance(a, argparse.Namespace)
+
+
+@pytest.mark.live
+def test_live_jobs_queues_and_submit_overrides(tmp_path):
+    """A 2-core cluster without a queue file: two 2-task jobs run (a core each), the third
+    waits (listed so), --user shows, another queue's name is refused in one line, and `apollo
+    queues --json` has the same figures as its table."""
+    import subprocess
+    import sys
+
+    from helpers import wait_until
+
+    def apollo(*args):
+        return subprocess.run([sys.executable, "-m", "apollo.tools.cli", *args, "--cluster", folder],
+                              capture_output=True, text=True, timeout=60)
+    folder = str(tmp_path / "c")
+    job = tmp_path / "job.toml"
+    job.write_text('name = "w"\n[[stage]]\nname = "s"\ntasks = 2\ncpu = 1\nduration_s = 60\n')
+    r = apollo("cluster", "up", "--pns", "2", "--racks", "1", "--procs", "1", "--cpus", "1")
+    assert r.returncode == 0, r.stderr
+    try:
+        r = apollo("submit", str(job), "--queue", "gpu")
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "unknown queue 'gpu'" in r.stderr, r.stderr
+        for user in ("ann", "ann", "dora"):
+            r = apollo("submit", str(job), "--user", user)
+            assert r.returncode == 0 and f"as user '{user}'" in r.stdout, r.stdout + r.stderr
+
+        def listed():
+            jobs = json.loads(apollo("jobs", "--json").stdout)
+            return jobs if [j["state"] for j in jobs["jobs"]] == ["running", "running", "waiting"] else None
+        jobs = wait_until(listed, timeout=20, what="jobs 0 and 1 running, job 2 waiting")
+        assert jobs["cluster_running"] and [j["user"] for j in jobs["jobs"]] == ["ann", "ann", "dora"]
+        assert {j["queue"] for j in jobs["jobs"]} == {"default"} and jobs["jobs"][0]["submitted"]
+        r = apollo("jobs", "--state", "waiting", "--user", "dora")
+        assert r.stdout.split("\n")[0].split()[:5] == ["ID", "NAME", "QUEUE", "USER", "STATE"]
+        assert r.stdout.split("\n")[1].split()[:5] == ["2", "w", "default", "dora", "waiting"]
+        q = json.loads(apollo("queues", "--json").stdout)
+        assert [(x["queue"], x["running"], x["waiting"], x["in_line"]) for x in q["queues"]] == [("root", 2, 1, [2])]
+        assert apollo("cancel", "2").returncode == 0
+        r = apollo("jobs", "--json", "--limit", "1")
+        assert [(j["id"], j["state"]) for j in json.loads(r.stdout)["jobs"]] == [(2, "cancelled")]
+    finally:
+        r = apollo("cluster", "down")
+    assert r.returncode == 0
+    r = apollo("jobs", "--json")
+    assert r.returncode == 1 and not json.loads(r.stdout)["cluster_running"] and "not running" in r.stderr
