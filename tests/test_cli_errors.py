@@ -148,7 +148,8 @@ def test_a_wrong_secret_is_refused_at_once_with_a_clear_line(cluster, jobfile):
 @pytest.mark.live
 @pytest.mark.slow
 def test_an_unreachable_rm_is_retried_visibly_then_given_up_with_exit_code_1(cluster, jobfile):
-    folder = cluster.up(pns=2, racks=1, procs=1, jm_hosts=1)
+    # unsupervised: the killed RM must stay dead (a supervisor would start it again within a second)
+    folder = cluster.up(pns=2, racks=1, procs=1, jm_hosts=1, supervise=False)
     info = read_info(folder)
     rm = info["rm"]
     r, _ = apollo("submit", str(jobfile), "--wait", "--cluster", str(folder))
