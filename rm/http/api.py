@@ -108,7 +108,7 @@ class Views:
                        tasks=e.spec.total_tasks)
         elif t is not None:
             row.update(name=None, queue=t.queue, user=t.user,
-                       state="done" if t.ok else ("failed" if t.ok is False else "unknown"),
+                       state=_ended_state(t),
                        tokens=0, demand=0.0, running=0.0, admitted=t.admitted_at is not None,
                        waiting_position=None, submitted_at=_num(t.submitted_at) if t.submitted_at else None,
                        tasks=t.tasks, finished_at=_num(t.finished_at) if t.finished_at else None, reason=t.reason)
@@ -164,6 +164,13 @@ class Views:
                             "start": _num(a[A_START]) if a[A_START] >= 0 else None, "end": _num(a[A_END]),
                             "outcome": a[A_OUTCOME]} for a in attempts]
         return row
+
+
+def _ended_state(t) -> str:
+    """An ended job's state, as the store and `apollo jobs` name it (JobDone.state)."""
+    if t.ok is None:
+        return "unknown"
+    return "done" if t.ok else ("cancelled" if t.reason == "cancelled" else "failed")
 
 
 class _Counts:
