@@ -56,7 +56,8 @@ def _status(st: dict) -> int:
     if sup is None:
         print("supervisor  -        (none: nothing restarts a process that dies)")
     else:
-        print(f"{'supervisor':<11} {sup['pid']:<8} {'':<22} {'alive' if sup['alive'] else 'DEAD':<6} "
+        state = "alive" if sup["alive"] else "gone" if st["stopped"] else "DEAD"   # (down stops it on purpose)
+        print(f"{'supervisor':<11} {sup['pid']:<8} {'':<22} {state:<6} "
               f"{_uptime(sup['uptime_s']):>7}")
         dead += not sup["alive"] and not st["stopped"]
     for e in st["joined"]:
