@@ -113,3 +113,37 @@ def test_pns_on_other_hosts_join_survive_a_partition_and_rejoin(tmp_path):
     print(f"\n150-job replay over 3 namespaces, one cut off until seen dead: jobs {j}, tasks {t}")
     assert j["submitted"] == j["completed"] == 150
     assert t["completed"] == t["submitted"]          # each task's result counted once
+
+
+def test_logs_of_tasks_on_a_pn_joined_from_another_namespace(tmp_path):
+    """A job array runs on PNs joined from another namespace (their output files are that host's);
+    `apollo logs` on the RM's host reads them back through the joined process's log service."""
+    folder = tmp_path / "cluster"
+    job = tmp_path / "array.toml"
+    job.write_text('name = "split"\n[[stage]]\nname = "part"\ntasks = 3\ncommand = ["sh", "-c", '
+                   '"echo part=$APOLLO_TASK_INDEX of=$APOLLO_TASKS job=$APOLLO_JOB_ID stage=$APOLLO_STAGE '
+                   'attempt=$APOLLO_ATTEMPT"]\n')
+    with Namespaces(f"L{os.getpid() % 1000}") as net:
+        a, b, _ = net.hosts
+        up = apollo(a, "cluster", "up", "--cluster", folder, "--bind", f"{NET}.1", "--pns", 4, "--racks", 1,
+                    "--procs", 0)
+        assert up.wait(60) == 0, up.stdout.read()
+        rm = json.loads((folder / "cluster.json").read_text())["rm"]
+        join = apollo(b, "node", "join", "--rm", rm, "--secret-file", folder / "secret", "--pns", 4,
+                      "--bind", f"{NET}.2", "--dir", tmp_path / "joined")
+        try:
+            wait_until(lambda: api(a, folder, "/api/cluster")["servers_alive"] == 4, 30, "the joined PNs alive", 0.2)
+            sub = apollo(a, "submit", job, "--cluster", folder, "--wait")
+            assert sub.wait(60) == 0, sub.stdout.read()
+            logs = subprocess.run([IP, "netns", "exec", a, sys.executable, "-m", "apollo.tools.cli", "logs", "0",
+                                   "--cluster", str(folder)], capture_output=True, text=True, timeout=60)
+        finally:
+            join.kill()
+            subprocess.run([IP, "netns", "exec", a, sys.executable, "-m", "apollo.tools.cli", "cluster", "down",
+                            "--cluster", str(folder)], capture_output=True, timeout=60)
+    print(f"\napollo logs of a job on PNs joined from another namespace:\n{logs.stdout}{logs.stderr}")
+    assert logs.returncode == 0, logs.stderr
+    assert sorted(logs.stdout.splitlines()) == [f"[part:{i}] part={i} of=3 job=0 stage=part attempt=1"
+                                                for i in range(3)], logs.stdout
+    assert logs.stderr.count("(process pn1000)") == 3, logs.stderr      # the joined process ran them
+    assert str(tmp_path / "joined" / "work") in logs.stderr, logs.stderr    # in its own folder
