@@ -3,7 +3,7 @@
 - cli.offline: simulate, chaos, bench, demo (this machine alone);
 - cli.cluster: cluster up|status|down, node join, dashboard;
 - cli.jobs: submit, jobs, cancel, queues, replay (a live cluster's jobs);
-- cli.tasks: job (one job's tasks: outcomes, placements, failures).
+- cli.tasks: job and logs (one job's tasks: outcomes, where their output is, that output).
 
 Every error a user can act on ends in one line on stderr and a non-zero exit: 2 for a bad
 invocation (a value out of range, a file that does not parse), 1 for a cluster that cannot
