@@ -292,15 +292,14 @@ class LogReader:
         return await self._ask(("read", a.job_id, a.task, a.attempt, stderr, offset), service_address(a.process),
                                msg, timeout_s)
 
-    async def read_all(self, a: AttemptOutput, stderr: bool, offset: int = 0) -> tuple[bytes, int] | None:
-        """Everything from ``offset`` to the end of the file as it is now: (bytes, the offset
-        after them); None if the process does not answer or has no such file."""
-        parts = []
+    async def chunks(self, a: AttemptOutput, stderr: bool, offset: int = 0):
+        """The attempt's output from ``offset`` to the end of the file as it is now, chunk by chunk:
+        (bytes, the offset after them). Ends early if its process stops answering or has no such file."""
         while True:
             c = await self.read(a, stderr, offset)
-            if c is None or c.size < 0:
-                return None if c is None or not parts else (b"".join(parts), offset)
-            parts.append(c.data)
+            if c is None or c.size < 0 or not c.data:
+                return
             offset += len(c.data)
-            if not c.data or offset >= c.size:
-                return b"".join(parts), offset
+            yield c.data, offset
+            if offset >= c.size:
+                return

@@ -18,10 +18,11 @@ def _job(args: argparse.Namespace) -> int:
     """One job: state, per-stage progress, placements and locality (from the event records),
     each task's last attempt with its exit code and where its output is (asked of the log
     services), and the failure reason (with the exit code and stderr tail) if it failed."""
-    from apollo.tools.client import job_status
+    from apollo.tools.client import EventTail, job_status
     from apollo.core.cluster import LOCALITY_NAMES
     folder = Path(args.cluster).expanduser()
-    st = job_status(folder, args.id) if (folder / "jobs.db").exists() else None
+    tail = EventTail(folder)          # (read once for the job's figures and its tasks)
+    st = job_status(folder, args.id, tail) if (folder / "jobs.db").exists() else None
     if st is None:
         print(f"apollo job: no job {args.id} in {folder / 'jobs.db'}", file=sys.stderr)
         return 1
@@ -38,20 +39,20 @@ def _job(args: argparse.Namespace) -> int:
             f"{LOCALITY_NAMES[k]} {st.locality[k] / reads:.0%}" for k in range(3)))
     if st.placements:
         print("  placements: " + ", ".join(f"pn:{s} x{n}" for s, n in sorted(st.placements.items())))
-    _print_tasks(folder, args.id, st, args.all)
+    _print_tasks(folder, args.id, st, args.all, tail)
     if st.reason:
         print(f"  reason: {st.reason.rstrip()}")
     return 0 if st.state in ("done", "running") else 1
 
 
-def _print_tasks(folder: Path, job_id: int, st, show_all: bool) -> None:
+def _print_tasks(folder: Path, job_id: int, st, show_all: bool, tail) -> None:
     from apollo.runtime.live import run
     from apollo.tools.livecluster import ClusterError
     try:
-        attempts, listings = run(_gather(folder, job_id, st))
+        attempts, listings = run(_gather(folder, job_id, st, tail=tail))
     except ClusterError as e:          # (the records alone still say how each task ended)
         print(f"  (where the output is: unknown, the cluster did not answer: {e})")
-        attempts, listings = run(_gather(folder, job_id, st, ask=False))
+        attempts, listings = run(_gather(folder, job_id, st, ask=False, tail=tail))
     rows = _task_rows(st, attempts)
     shown = rows if show_all or len(rows) <= TASK_ROWS else sorted(
         sorted(rows, key=lambda r: r[0] not in ("failed", "running", "lost"))[:TASK_ROWS], key=lambda r: r[1])
@@ -184,11 +185,9 @@ async def _show_logs(folder: Path, args: argparse.Namespace, st, wanted: int | N
                 if not a.folder:
                     continue
                 key = (a.task, a.attempt)
-                got = await reader.read_all(a, args.stderr, offsets.get(key, 0))
-                if got is None:
-                    continue
-                data, offsets[key] = got
-                _print_output(a, data, partial, prefixed)
+                async for data, end in reader.chunks(a, args.stderr, offsets.get(key, 0)):
+                    offsets[key] = end
+                    _print_output(a, data, partial, prefixed)
             if ended:
                 break
             state = job_status(folder, args.id, tail).state
