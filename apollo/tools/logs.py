@@ -176,14 +176,14 @@ def job_attempts(job_id: int, stages: list[tuple[str, int]], records: list[tuple
     stage_of = [i for i, (_, tasks) in enumerate(stages) for _ in range(tasks)]
     by_server = {s: p for p in processes for s in p.servers}
     out: dict[tuple[int, int], AttemptOutput] = {}
-    for a in records:
-        if a[A_JOB] != job_id or not (0 <= a[A_STAGE] < len(stages)):
+    for rec in records:
+        if rec[A_JOB] != job_id or not (0 <= rec[A_STAGE] < len(stages)):
             continue
-        t = offsets[a[A_STAGE]] + a[A_TASK]
-        p = by_server.get(a[A_SERVER])
-        out[(t, a[A_ATTEMPT])] = AttemptOutput(job_id, names[a[A_STAGE]], a[A_TASK], t, a[A_ATTEMPT], a[A_OUTCOME],
-                                               a[A_SERVER], p.name if p else "", t_start=a[A_START],
-                                               t_end=a[A_END])
+        t = offsets[rec[A_STAGE]] + rec[A_TASK]
+        p = by_server.get(rec[A_SERVER])
+        out[(t, rec[A_ATTEMPT])] = AttemptOutput(job_id, names[rec[A_STAGE]], rec[A_TASK], t, rec[A_ATTEMPT],
+                                                 rec[A_OUTCOME], rec[A_SERVER], p.name if p else "",
+                                                 t_start=rec[A_START], t_end=rec[A_END])
     for name, ls in listings.items():
         if ls is None:
             continue

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 from .options import add_cluster_option, count
 
@@ -158,7 +159,7 @@ async def _show_logs(folder: Path, args: argparse.Namespace, st, wanted: int | N
     from apollo.tools.logs import LogReader, last_attempt, pn_processes
     tail = EventTail(folder)
     prefixed = wanted is None            # every task of the job: several may be shown
-    shown: dict[int, object] = {}        # task -> the attempt followed
+    shown: dict[int, Any] = {}           # task -> the attempt followed
     offsets: dict[tuple, int] = {}       # (task, attempt) -> bytes printed
     partial: dict[int, str] = {}         # task -> its last line, not ended yet
     async with Client(folder) as c:
@@ -190,8 +191,8 @@ async def _show_logs(folder: Path, args: argparse.Namespace, st, wanted: int | N
                     _print_output(a, data, partial, prefixed)
             if ended:
                 break
-            state = job_status(folder, args.id, tail).state
-            ended = state != "running"       # one more pass after the end: what came last
+            now = job_status(folder, args.id, tail)
+            ended = now is None or now.state != "running"    # one more pass after the end: what came last
             await asyncio.sleep(FOLLOW_S)
         for t in list(partial):
             _end_line(t, partial, prefixed, shown.get(t))
