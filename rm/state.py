@@ -295,7 +295,8 @@ class RmState:
         # Stored (with its host, if admitted at once: one write on the job's critical path, not
         # two), then the StartJob in ``start``, then the acknowledgement: the StartJob is on the
         # job's critical path and the acknowledgement is not (a JobDone may overtake it).
-        start = [x for x in start if not (type(x) is Persist and x.op == "home")]
+        # (Only its own home write goes: a round run for it may have admitted others.)
+        start = [x for x in start if not (type(x) is Persist and x.op == "home" and x.args[0] == job_id)]
         where = "" if e.admitted else f"waiting in queue {leaf} at position {self.positions[job_id][1]}"
         return [Persist("put", (job_id, spec, now, msg.reply_to, msg.key, e.host))] + start + [
             Send(msg.reply_to, JobAccepted(job_id, spec.name, True, where, msg.key)),

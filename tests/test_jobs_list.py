@@ -231,3 +231,16 @@ def test_live_jobs_queues_and_submit_overrides(tmp_path):
     assert r.returncode == 0
     r = apollo("jobs", "--json")
     assert r.returncode == 1 and not json.loads(r.stdout)["cluster_running"] and "not running" in r.stderr
+
+
+def test_jobs_admitted_in_a_newcomers_round_are_stored_as_running(tmp_path):
+    """A job below its guarantee is admitted in a round of its own, which may admit others
+    waiting meanwhile: their hosts are stored too (only the newcomer's goes with its put)."""
+    tree = QueueTree.parse({"queues": {"a": {"guarantee": "50%"}, "b": {}, "c": {}}}, "q.toml")
+    s = StoredRm(tmp_path / "jobs.db", tree)
+    s.do(SubmitJob(-1, spec("x", tasks=16, queue="b"), "c"), 1.0)        # takes every core
+    s.do(SubmitJob(-1, spec("y", tasks=4, queue="c"), "c"), 1.1)         # no token free: waits
+    assert s.listed()[1].state == "waiting"
+    s.do(SubmitJob(-1, spec("z", tasks=4, queue="a"), "c"), 1.2)         # below its guarantee: a round now
+    assert s.rm.jobs[1].admitted and s.rm.jobs[2].admitted
+    assert [r.state for r in s.listed().values()] == ["running"] * 3
