@@ -18,27 +18,42 @@ def _repeat_columns(width: int, times: int) -> np.ndarray:
     return np.repeat(np.arange(width), times)
 
 
+def _rack_spans(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
+    """Per server, its rack's first server and size, with one more entry (0, 0) at index -1: a
+    missing replica (-1) indexes it. Made once per topology, as every batch asks."""
+    got = _SPANS.get(id(topo))
+    if got is None or got[0] is not topo:
+        if len(_SPANS) > 64:      # (tests make many topologies; a process uses one or two)
+            _SPANS.clear()
+        got = _SPANS[id(topo)] = (topo, np.append(topo.rack_start[topo.rack_of], 0),
+                                  np.append(topo.rack_size[topo.rack_of], 0))
+    return got[1], got[2]
+
+
+_SPANS: dict[int, tuple[Topology, np.ndarray, np.ndarray]] = {}
+
+
 def candidate_rows(reps: np.ndarray, topo: Topology, lightly_loaded: np.ndarray, rng,
                    per_rack: int = 2, n_light: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """(cand int64[B, K], valid bool[B, K]) for tasks whose replica servers are ``reps`` (-1: none)."""
-    B = len(reps)
-    has = reps >= 0
-    R = reps.shape[1] * per_rack
-    # One draw for every random choice (numpy's per-call cost dominates small batches).
+    B, w = reps.shape
+    R = w * per_rack
+    # One draw for every random choice (numpy's per-call cost dominates small batches, so this
+    # is written for few calls: a batch of one task is the common case at a job's start).
     u = rng.random((B, 2 * R + n_light))
     # Servers in the replicas' racks (random members); tasks with no input get random servers.
-    cols = _repeat_columns(reps.shape[1], per_rack)      # each replica's column, per_rack times
-    racks_rep = topo.rack_of[np.maximum(reps, 0)[:, cols]]
-    in_rack = topo.rack_start[racks_rep] + (u[:, :R] * topo.rack_size[racks_rep]).astype(np.int64)
+    rep_cols = reps[:, _repeat_columns(w, per_rack)]      # each replica, per_rack times
+    start, size = _rack_spans(topo)
+    in_rack = start[rep_cols] + (u[:, :R] * size[rep_cols]).astype(np.int64)
     anywhere = (u[:, R:2 * R] * topo.servers).astype(np.int64)
-    in_rack = np.where(has[:, cols], in_rack, anywhere)
     pool = len(lightly_loaded) or topo.servers
     light = (u[:, 2 * R:] * pool).astype(np.int64)
     if len(lightly_loaded):
         light = lightly_loaded[light]
-    cand = np.concatenate((np.where(has, reps, anywhere[:, :reps.shape[1]]), in_rack, light), axis=1)
-    cand = cand.astype(np.int64)      # (a copy: sorted in place, no second one)
+    cand = np.concatenate((np.where(reps >= 0, reps, anywhere[:, :w]), np.where(rep_cols >= 0, in_rack, anywhere),
+                           light), axis=1, dtype=np.int64)
     cand.sort(axis=1)
-    valid = np.ones(cand.shape, dtype=bool)
-    valid[:, 1:] = cand[:, 1:] != cand[:, :-1]
+    valid = np.empty(cand.shape, dtype=bool)
+    valid[:, 0] = True
+    np.not_equal(cand[:, 1:], cand[:, :-1], out=valid[:, 1:])
     return cand, valid

@@ -10,11 +10,14 @@ plus a tiny random term so that JMs do not all break ties the same way.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from apollo.core.cluster import NODE, RACK, REMOTE, IoModel
+
+from .view import IN_FLIGHT_S
 
 
 @dataclass(slots=True)
@@ -26,43 +29,71 @@ class EstimateConfig:
     failure_prior: float = 0.002     # prior failure probability of any server
 
 
+def rack_or_none(rack_of: np.ndarray) -> np.ndarray:
+    """``rack_of`` with one more entry, -1, at index -1: a missing replica (-1) indexes it, so
+    that the racks of a replica matrix are one gather (no mask, no where). Made once per
+    topology (the same array object), as every batch asks."""
+    got = _RACK_OR_NONE.get(id(rack_of))
+    if got is None or got[0] is not rack_of:
+        if len(_RACK_OR_NONE) > 64:      # (tests make many topologies; a process uses one or two)
+            _RACK_OR_NONE.clear()
+        got = _RACK_OR_NONE[id(rack_of)] = (rack_of, np.append(rack_of.astype(np.int64), -1))
+    return got[1]
+
+
+_RACK_OR_NONE: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def _bandwidths(io: IoModel) -> np.ndarray:
+    return io.bandwidths()
+
+
 def localities(cand: np.ndarray, reps: np.ndarray, rack_of: np.ndarray) -> np.ndarray:
-    """uint8[B, K]: NODE/RACK/REMOTE of each candidate for each task (reps -1: no input)."""
-    has = reps[:, 0] >= 0
-    rc = rack_of[cand]
-    rr = np.where(reps >= 0, rack_of[np.maximum(reps, 0)], -1)
-    # One comparison per replica column (3): cheaper than a [B, K, 3] temporary and a reduction.
-    node = cand == reps[:, :1]
-    rack = rc == rr[:, :1]
-    for j in range(1, reps.shape[1]):
-        node |= cand == reps[:, j:j + 1]
-        rack |= rc == rr[:, j:j + 1]
+    """uint8[B, K]: NODE/RACK/REMOTE of each candidate for each task (a task's replicas are all
+    servers, or all -1: it reads no input)."""
+    if not np.count_nonzero(reps + 1):
+        return np.full(cand.shape, REMOTE, dtype=np.uint8)     # no task reads input
+    # (every replica column against every candidate at once: a small batch pays numpy per call,
+    # not per element)
+    node = np.logical_or.reduce(cand[:, :, None] == reps[:, None, :], axis=2)
+    rack = np.logical_or.reduce(rack_of[cand][:, :, None] == rack_or_none(rack_of)[reps][:, None, :], axis=2)
     # A replica's server is in the replica's rack, so node implies rack: REMOTE - rack - node.
-    loc = REMOTE - rack.view(np.uint8) - node.view(np.uint8)
-    loc[~has] = REMOTE
-    return loc
+    # (a missing replica's rack is -1, no server's)
+    return REMOTE - np.add(rack, node, dtype=np.uint8)
 
 
 def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.ndarray,
           shape_idx: np.ndarray, cpu: np.ndarray, now: float, view, fail_rate: np.ndarray | None, io: IoModel,
-          cfg: EstimateConfig, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(C, E, W) float[B, K] for candidate matrix ``cand``; infeasible entries of C are inf."""
-    bw = io.bandwidths()
-    I = io.init_s + in_bytes[:, None] / bw[loc]
-    wait = view.matrices[cand, shape_idx[:, None]].astype(np.float64)
+          cfg: EstimateConfig, rng, valid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(C, E, W) float[B, K] for candidate matrix ``cand``; entries of C that are no choice (a
+    dead server, a shape it never fits, a candidate not ``valid``) are inf.
+
+    (Written for few calls into numpy: a batch of one task, the common case at a job's start,
+    pays numpy's per-call cost and not its per-element one.)"""
+    I = io.init_s + in_bytes[:, None] / _bandwidths(io)[loc]
+    wait = view.matrices[cand, shape_idx[:, None]]      # (float32: the arithmetic below is float64)
     stamps = view.stamps[cand]
+    elapsed = now - stamps
+    clock = np.maximum(elapsed, 0.0)
     # The queue has drained since the reading was planned (waits count down from its stamp).
-    drained = np.maximum(wait - np.maximum(now - stamps, 0.0), 0.0)
+    drained = np.maximum(wait - clock, 0.0)
     # PNs report on change, so a quiet server's reading stays right; what is uncertain is the
-    # time since anyone vouched for it: the RM's last view, or a newer piggybacked reading.
-    age = np.minimum(np.maximum(now - np.maximum(stamps, view.time), 0.0), cfg.max_stale_s)
+    # time since anyone vouched for it: the RM's last view, or a newer piggybacked reading:
+    # min(max(now - max(stamp, view time), 0), max_stale_s). (Subtraction is monotone, so that
+    # is min(max(now - stamp, 0), max(now - view time, 0), max_stale_s), the same float.)
+    age = np.minimum(clock, min(max(now - view.time, 0.0), cfg.max_stale_s))
     W = drained + cfg.stale_penalty * age
-    W += view.pending_wait(cand, cpu, now, stamps)   # work this host sent after the server's last reading
+    # Work this host sent after the server's last reading (none: the common case, nothing added)
+    mine = stamps <= view.sent_at[cand] + IN_FLIGHT_S
+    if np.count_nonzero(mine):
+        W += view.pending_wait(cand, cpu, elapsed, mine)
     E = I + W + runtime[:, None]
     p_fail = cfg.failure_prior if fail_rate is None else np.maximum(fail_rate[cand], cfg.failure_prior)
     C = (1.0 - p_fail) * E + cfg.kfail * p_fail * E
     if cfg.tie_noise_s > 0:
         C = C + rng.random(C.shape) * cfg.tie_noise_s
-    dead = ~view.alive[cand] | (wait >= 1e8)
-    C[dead] = np.inf
-    return C, E, W
+    choice = view.alive[cand] > (wait >= 1e8)        # alive, and the shape fits there some day
+    if valid is not None:
+        choice &= valid
+    return np.where(choice, C, np.inf), E, W

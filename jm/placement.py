@@ -29,6 +29,27 @@ if TYPE_CHECKING:
     from .attempts import Attempts
 
 
+def _filled(n: int, value: Any, shape: Any = None) -> np.ndarray:
+    """np.full(shape or n, value) (its dtype: the value's), without np.full's Python-level
+    cost, which a batch of one task pays several times."""
+    a = np.empty(n if shape is None else shape, dtype=np.int64 if isinstance(value, (int, np.integer)) else np.float64)
+    a.fill(value)
+    return a
+
+
+def _least(x: Any) -> float:
+    """float(x.min()) of an array, or the number ``x`` (one task's); one element is read, not
+    reduced (the same number)."""
+    if type(x) is float:
+        return x
+    return x.item(0) if len(x) == 1 else float(x.min())
+
+
+def _total(x: np.ndarray) -> float:
+    """float(x.sum()); one element is read, not reduced (the same number)."""
+    return x.item(0) if len(x) == 1 else float(x.sum())
+
+
 class Placement:
     __slots__ = ("tasks", "watchdog", "cfg", "prof", "view", "clones", "attempts", "fstates", "fail_rate",
                  "fail_seen", "retry_pending")
@@ -112,24 +133,26 @@ class Placement:
                     break
                 placed_total += 1
                 continue
-            ids = np.asarray(batch, dtype=np.int64)
+            ids = np.array(batch, dtype=np.int64)
             servers, wait, where = self.place(ids, now, rng)
             ok = servers != UNMATCHED
-            if not ok.any():
+            n_ok = np.count_nonzero(ok)
+            if not n_ok:
                 tk.push_back(batch)
                 blocked = True
                 break
-            placed = ids[ok]
+            placed = ids
+            if n_ok < len(ids):
+                placed, servers, wait, where = ids[ok], servers[ok], wait[ok], where[ok]
             # Dispatch in order of quality while tokens last: least time lost for Apollo's
-            # lookahead, else lowest expected wait first.
-            if len(placed) == 1:
-                order: Any = slice(None)        # (one task: no order to find)
-            elif cfg.placement.lookahead > 1 and gate.lookahead:
-                order = self.quality_order(placed, wait[ok], where[ok], now)
-            else:
-                order = wait[ok].argsort(kind="stable")
-            placed, psrv = placed[order], servers[ok][order]
-            n_placed = self.dispatch(placed, psrv, wait[ok][order], where[ok][order], now, opp_room, out, rng)
+            # lookahead, else lowest expected wait first (one task: no order to find).
+            if n_ok > 1:
+                if cfg.placement.lookahead > 1 and gate.lookahead:
+                    order = self.quality_order(placed, wait, where, now)
+                else:
+                    order = wait.argsort(kind="stable")
+                placed, servers, wait, where = placed[order], servers[order], wait[order], where[order]
+            n_placed = self.dispatch(placed, servers, wait, where, now, opp_room, out, rng)
             if n_placed < len(batch):    # the rest go back in their priority order
                 sent = set(placed[:n_placed].tolist())
                 rest = [t for t in batch if t not in sent]
@@ -138,7 +161,7 @@ class Placement:
             placed_total += n_placed
             if n_placed == 0:
                 break
-            if not ok.all():
+            if n_ok < len(ids):
                 blocked = True
         if placed_total:
             out.append(Log("decisions", (placed_total,)))
@@ -210,10 +233,10 @@ class Placement:
         B = len(ids)
         if len(tk.stages) == 1:               # the common case: no per-stage masks
             st = tk.stages[0]
-            local = ids - st.offset
-            reps = st.reps[local] if st.reps is not None else np.full((B, 3), -1, dtype=np.int64)
-            return (reps, st.in_bytes[local], np.full(B, st.est_runtime), np.full(B, st.shape, dtype=np.int64),
-                    np.full(B, st.spec.cpu))
+            local = ids - st.offset if st.offset else ids
+            reps = st.reps[local] if st.reps is not None else _filled(B, -1, (B, 3))
+            return (reps, st.in_bytes[local], _filled(B, st.est_runtime), _filled(B, st.shape),
+                    _filled(B, st.spec.cpu))
         reps = np.full((B, 3), -1, dtype=np.int64)
         in_bytes = np.empty(B)
         runtime = np.empty(B)
@@ -291,7 +314,7 @@ class Placement:
         stages = tk.stages
         single = len(stages) == 1
         m = len(ids)
-        cpu = np.full(m, stages[0].spec.cpu) if single else tk.cpu_of[tk.stage_of[ids]]
+        cpu = _filled(m, stages[0].spec.cpu) if single else tk.cpu_of[tk.stage_of[ids]]
         # Regular while the tokens last (times the task's pipelining depth), then opportunistic
         # while the allowance lasts and the server is idle; the batch stops at the first task
         # that is neither.
@@ -342,25 +365,33 @@ class Placement:
         n = n_reg + n_opp
         if n == 0:
             return 0
-        ids, srv, cpu, where = ids[:n], srv[:n], cpu[:n], where[:n]
-        tk.move_many(ids, READY, "dispatch")
+        if n < m:
+            ids, srv, cpu, wait, where = ids[:n], srv[:n], cpu[:n], wait[:n], where[:n]
+        if n == 1:      # (the same step, on a number: a small job's start is on its critical path)
+            tk.move(ids.item(0), "dispatch")
+        else:
+            tk.move_many(ids, READY, "dispatch")
         if self.prof.stateful:
             for f, fs in zip(self.prof.filters, self.fstates):
                 if fs is not None:
-                    f.dispatched(fs, where[:n], now)
-        tk.used_tokens += float(cpu[:n_reg].sum())
-        tk.outstanding_opp += float(cpu[n_reg:].sum())
+                    f.dispatched(fs, where, now)
+        if n_reg:
+            tk.used_tokens += _total(cpu[:n_reg] if n_reg < n else cpu)
+        if n > n_reg:
+            tk.outstanding_opp += _total(cpu[n_reg:])
         if tk.generation:     # above the attempts of earlier homes, adopted ones included
             tk.attempt[ids] = np.maximum(tk.attempt[ids], tk.generation << 16) + 1
         else:
             tk.attempt[ids] += 1
         tk.server[ids] = srv
-        tk.opp[ids[:n_reg]] = False
         if n > n_reg:
+            tk.opp[ids[:n_reg]] = False
             tk.opp[ids[n_reg:]] = True
             tk.opp_active.update(ids[n_reg:].tolist())
+        else:
+            tk.opp[ids] = False
         tk.dispatch_t[ids] = now
-        tk.exp_wait[ids] = wait[:n]
+        tk.exp_wait[ids] = wait
         tk.queued_seen[ids] = False
         tk.waiting[ids] = False
         tk.last_heard[ids] = now
@@ -382,16 +413,18 @@ class Placement:
                     est_rt[mk] = st.est_runtime + cfg.io.init_s + st.in_bytes[local] / bw[where[mk]]
         self.view.record_dispatches(srv, est_rt * cpu / cores, cpu, now)
         tk.est_sent[ids] = est_rt
+        # (for one task the watchdog's arithmetic below is on numbers: the same floats, without
+        # numpy's per-call cost, most of what a small job's start pays here)
+        w, e = (wait.item(0), est_rt.item(0)) if n == 1 else (wait, est_rt)
         if cfg.watchdog.probe_slack_s > 0:       # (heard of now, the columns just set)
-            self.watchdog.note(float(self.watchdog.silence_limit(now, wait[:n], est_rt).min()))
-        w = wait[:n]
+            self.watchdog.note(_least(self.watchdog.silence_limit(now, w, e)))
         if single:
             st = stages[0]
-            st.wait_sum += float(w.sum())
+            st.wait_sum += _total(wait)
             st.wait_n += n
         else:
             k = len(stages)
-            ws, wn = np.bincount(sidx, weights=w, minlength=k).tolist(), np.bincount(sidx, minlength=k).tolist()
+            ws, wn = np.bincount(sidx, weights=wait, minlength=k).tolist(), np.bincount(sidx, minlength=k).tolist()
             for i, st in enumerate(stages):
                 st.wait_sum += ws[i]
                 st.wait_n += wn[i]
@@ -401,9 +434,9 @@ class Placement:
                 gap = stages[0].straggler_baseline() - stages[0].est_runtime
             else:
                 gap = np.array([st.straggler_baseline() - st.est_runtime for st in stages])[sidx]
-            chk = self.watchdog.next_check(now, w, est_rt + gap)
+            chk = self.watchdog.next_check(now, w, e + gap)
             tk.check_t[ids] = chk
-            self.watchdog.note(float(chk.min()))
+            self.watchdog.note(_least(chk))
         by_server: dict[int, list] = {}
         job_id = tk.job_id
         sent = tk.sent

@@ -30,6 +30,7 @@ class ViewCache:
         self.cpu_grid = grid.cpu
         self.mem_grid = grid.mem
         self.shapes = shapes = grid.size
+        self._cpu_shapes = np.arange(0, shapes, len(grid.mem))     # the CPU shapes at the smallest memory
         # k shapes fit -> CPUs free; never more than a server has (a server not heard from yet
         # reads as all zeros, "everything fits", and a 2-core one must not look like 4 free)
         self.free_of_fits = np.minimum(np.array((0.0,) + tuple(grid.cpu)), cores)
@@ -155,13 +156,15 @@ class ViewCache:
         self._idle_checked_at = now
         return self._idle
 
-    def pending_wait(self, cand: np.ndarray, cpu: np.ndarray, now: float,
-                     stamps: np.ndarray | None = None) -> np.ndarray:
-        """Wait added by this host's own sends that the readings do not show yet: none while the
-        server still has ``cpu`` free after them, else their expected work per core."""
-        free, mine = self._free_and_pending(cand, now, stamps)
-        if not mine.any():
-            return np.zeros(cand.shape)
+    def pending_wait(self, cand: np.ndarray, cpu: np.ndarray, elapsed: np.ndarray, mine: np.ndarray) -> np.ndarray:
+        """Wait added by this host's own sends that the readings do not show yet (``mine``: the
+        candidates whose reading predates this host's last send there; ``elapsed``: the time
+        since each reading): none while the server still has ``cpu`` free after them, else their
+        expected work per core."""
+        # (free_cpu's arithmetic, read only where ``mine``: its CPU shapes at the smallest memory
+        # gathered in one step, the few numpy calls a batch of one task pays for)
+        fits = np.add.reduce(self.matrices[cand[..., None], self._cpu_shapes] <= elapsed[..., None], axis=-1)
+        free = self.free_of_fits[fits] - self.sent_cpu[cand]
         return np.where(mine & (free < cpu[:, None] - 1e-9), self.sent_wait[cand], 0.0)
 
     def apply_view(self, v: ClusterView, now: float = 0.0) -> None:
