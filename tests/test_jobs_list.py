@@ -146,6 +146,8 @@ def test_filters():
     assert ids(select_jobs(rows, queue="large")) == [1, 2, 3] == ids(select_jobs(rows, queue="root.large"))
     assert ids(select_jobs(rows, user="ann", limit=2)) == [2, 3]
     assert ids(select_jobs(rows, limit=1)) == [4] and ids(select_jobs(rows, user="zoe")) == []
+    one = [ListedJob(0, "j", "default", "u", "done", 1, 1, 0.0, 1.0, "")]
+    assert ids(select_jobs(one, queue="root")) == [0] == ids(select_jobs(one, queue="default"))
 
 
 def test_table_and_json():
@@ -163,6 +165,9 @@ def test_table_and_json():
     json.dumps(d)
     assert job_dicts(rows[:1], ClusterClock(None))[0]["submitted"] is None
     assert [format_duration(x) for x in (None, 2.04, 65, 7322)] == ["-", "2.0s", "1m05s", "2h02m"]
+    failed = ListedJob(9, "f", "q", "u", "failed", 1, 0, 0.0, 1.0, "task s:0 exited with 3: " + "x" * 100 + "\nmore")
+    line = jobs_table([failed], clock)[1]
+    assert line.endswith("...") and "more" not in line and len(line.split("  ")[-1]) <= 72
 
 
 def test_queue_rows_sum_children_into_parents():

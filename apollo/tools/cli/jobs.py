@@ -99,9 +99,15 @@ def select_jobs(rows: list, states=None, queue: str | None = None, user: str | N
                 limit: int | None = None) -> list:
     """The jobs (rm.store.ListedJob, in id order) in any of ``states``, in ``queue`` (a leaf's
     name or path, "root." optional) and of ``user``; the most recent ``limit`` of them."""
+    from rm.queues import DEFAULT_QUEUE, SINGLE_QUEUE_NAMES
+
+    def plain(q: str) -> str:
+        """A queue's name as a job may give it: "root.a" is "a"; the one queue of a cluster without
+        a queue file is "default" by any of its names."""
+        return DEFAULT_QUEUE if q in SINGLE_QUEUE_NAMES else q[5:] if q.startswith("root.") else q
+
     def same_queue(name: str) -> bool:
-        strip = lambda q: q[5:] if q.startswith("root.") else q     # noqa: E731
-        return strip(name) == strip(queue)
+        return plain(name) == plain(queue)
     out = [r for r in rows if (not states or r.state in states) and (queue is None or same_queue(r.queue))
            and (user is None or r.user == user)]
     return out[-limit:] if limit else out
@@ -158,12 +164,18 @@ def jobs_table(rows: list, clock: ClusterClock, today=None) -> list[str]:
 
     header = ("ID", "NAME", "QUEUE", "USER", "STATE", "PROGRESS", "SUBMITTED", "DURATION", "REASON")
     cells = [(str(r.job_id), r.name, r.queue, r.user, r.state, f"{r.tasks_done}/{r.tasks}", when(r.submitted_at),
-              format_duration(_duration(r, clock)), r.reason.splitlines()[0] if r.reason else "")
+              format_duration(_duration(r, clock)), _first_line(r.reason))
              for r in rows]
     widths = [max(len(c[i]) for c in [header] + cells) for i in range(len(header))]
     right = {0, 5, 7}                               # numbers line up on the right
     return [("  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cols, widths)))).rstrip()
             for cols in [header] + cells]
+
+
+def _first_line(reason: str, width: int = 72) -> str:
+    """A reason in a table cell: its first line, cut to ``width`` (`apollo job ID` shows it all)."""
+    line = reason.splitlines()[0] if reason else ""
+    return line if len(line) <= width else line[:width - 3] + "..."
 
 
 def _jobs(args: argparse.Namespace) -> int:
