@@ -81,7 +81,9 @@ def _alive(pid: int, ticks: int | None = None) -> bool:
 
 def alive(entry: dict | None) -> bool:
     """Whether the process of a cluster.json entry (a process's, or the supervisor's) runs."""
-    return bool(entry and entry.get("pid")) and _alive(entry["pid"], entry.get("ticks"))
+    if not entry or not entry.get("pid"):
+        return False
+    return _alive(entry["pid"], entry.get("ticks"))
 
 
 def write_info(folder: Path, info: dict) -> None:
@@ -187,12 +189,12 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
                 from None
     ports = _free_ports(2 + jm_hosts + procs, bind)   # the last one: the RM's HTTP face (rm/http/server.py)
     folder.mkdir(parents=True, exist_ok=True)
-    for f in [*folder.glob("ready-*"), *folder.glob("restart-*")]:
-        f.unlink()
+    for stale in [*folder.glob("ready-*"), *folder.glob("restart-*")]:
+        stale.unlink()
     secret_path = folder / "secret"
     secret_path.write_text(secrets.token_hex(32))
     os.chmod(secret_path, 0o600)
-    processes = [{"role": "rm", "index": 0, "address": f"{bind}:{ports[0]}"}]
+    processes: list[dict] = [{"role": "rm", "index": 0, "address": f"{bind}:{ports[0]}"}]
     for k in range(jm_hosts):
         processes.append({"role": "jm", "index": k, "address": f"{bind}:{ports[1 + k]}"})
     for k in range(procs):
@@ -263,7 +265,7 @@ def down(folder: Path, grace_s: float = 5.0) -> list[str]:
     info = read_info(folder)
     lines = []
     sup = info.get("supervisor")
-    if alive(sup):
+    if sup is not None and alive(sup):
         lines += _stop([("supervisor", sup)], grace_s)
         info = read_info(folder)            # with the pids it started last
     from apollo.tools.join import tell_joined_to_leave
@@ -382,7 +384,7 @@ def restart(folder: Path, name: str, timeout_s: float = 30.0) -> tuple[int, int]
                            f"start it with `apollo cluster up --cluster {folder}`")
     sup = info.get("supervisor")
     if name == "supervisor":
-        if alive(sup):
+        if sup is not None and alive(sup):
             raise ClusterError(f"the supervisor (pid {sup['pid']}) is running; it restarts the other processes")
         return (sup or {}).get("pid") or 0, start_supervisor(folder)["supervisor"]["pid"]
     p = _entry(folder, info, name)
@@ -397,6 +399,8 @@ def restart(folder: Path, name: str, timeout_s: float = 30.0) -> tuple[int, int]
         now = _entry(folder, read_info(folder), name)
         if now.get("pid") != old and ready.exists() and alive(now):
             return old, now["pid"]
-        if time.monotonic() > deadline:
-            raise ClusterError(f"{name} not restarted within {timeout_s:.0f} s; see {folder}/supervisor.log")
+        if time.monotonic() > deadline or not alive(sup):
+            raise ClusterError(f"{name} not restarted within {timeout_s:.0f} s; see {folder}/supervisor.log"
+                               if alive(sup) else f"the supervisor died before restarting {name}; see "
+                               f"{folder}/supervisor.log (`apollo cluster restart supervisor` starts another)")
         time.sleep(0.02)

@@ -295,6 +295,7 @@ async def join_cluster(rm: str, secret: bytes, kind: str, folder: Path, *, pns: 
         except asyncio.TimeoutError:
             pass
     r = answer.reply
+    assert r is not None            # (the loop above ends once it came)
     if not r.ok:
         await rt.stop()
         raise ClusterError(f"the cluster refused the join: {r.reason}")

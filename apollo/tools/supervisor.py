@@ -142,21 +142,18 @@ class Supervisor:
         self._start(w, time.monotonic())
 
     def _kill(self, w: Watched, grace_s: float = 0.0) -> None:
-        """Stop w's process (SIGTERM, SIGKILL after ``grace_s``) and wait until it is gone."""
-        pid = w.entry.get("pid")
-        if not pid or not self._running(w):
-            return
-        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            if wait_s <= 0 and sig == signal.SIGTERM:
-                continue
+        """Stop w's process and wait until it is gone: SIGTERM first if ``grace_s`` (a restart by
+        hand: it closes cleanly), SIGKILL once that has passed."""
+        signals = ([(signal.SIGTERM, grace_s)] if grace_s > 0 else []) + [(signal.SIGKILL, 5.0)]
+        for sig, wait_s in signals:
+            if not self._running(w):
+                return
             try:
-                os.killpg(pid, sig)
+                os.killpg(w.entry["pid"], sig)
             except ProcessLookupError:
                 return
             end = time.monotonic() + wait_s
-            while time.monotonic() < end:
-                if not self._running(w):
-                    return
+            while self._running(w) and time.monotonic() < end:
                 time.sleep(0.02)
 
     def _reap(self) -> None:
