@@ -38,9 +38,6 @@ class PlacementConfig:
     # and the task is matched again in the next batch or pass. <= 0: never defer.
     defer_s: float = 1.0
     max_batches_per_pass: int = 64
-    # Place a batch of one task through jm.single's plain floats rather than numpy; the same answer.
-    # Off: always the vectorised path (the tests hold the two to each other).
-    single_fast_path: bool = True
     max_rounds: int = 64
     per_rack: int = 2
     # Delay scheduling (a filter some profiles compose; ``delay``: add it to any profile): W1,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from apollo.core.cluster import NODE, RACK, REMOTE, IoModel
+from apollo.core.cluster import REMOTE, IoModel
 
 from .view import IN_FLIGHT_S
 

@@ -21,7 +21,7 @@ from .config import JmConfig
 from .stable_matching import UNMATCHED
 from .policies.batch import Batch
 from .policies.opportunistic import random_idle
-from .policies.pipeline import place, place_one
+from .policies.pipeline import place
 from .tasks import READY, TaskTable, pn_address
 from .watchdog import Watchdog
 
@@ -98,7 +98,6 @@ class Placement:
         pc = cfg.placement
         cap = min(pc.max_batch, max(1, self.view.alive_count) * depth) if prof.matcher.places_one_per_slot() \
             else pc.max_batch
-        one_by_one = cfg.placement.single_fast_path and prof.matcher.picks_cheapest_alone()
         for _ in range(cfg.placement.max_batches_per_pass):
             reg_room = tk.tokens * depth - tk.used_tokens
             # (opportunistic tasks only go to idle servers: with none, no batch is matched for them)
@@ -118,21 +117,6 @@ class Placement:
             batch = tk.pop_ready(min(want, cap))
             if not batch:
                 break
-            if len(batch) == 1 and one_by_one:
-                # (the same steps as below for a batch of one, in plain numbers: a small job's
-                # start is on its critical path, and numpy's per-call cost is most of it)
-                t = batch[0]
-                srv1, wait1, where1 = self.place_one(t, now, rng)
-                if srv1 == UNMATCHED:
-                    tk.push_back(batch)
-                    blocked = True
-                    break
-                if not self.dispatch_one(t, srv1, wait1, where1, now, opp_room, out, rng):
-                    tk.passed_at[t] = min(tk.passed_at.item(t), now)
-                    tk.push_back(batch)
-                    break
-                placed_total += 1
-                continue
             ids = np.array(batch, dtype=np.int64)
             servers, wait, where = self.place(ids, now, rng)
             ok = servers != UNMATCHED
@@ -197,26 +181,11 @@ class Placement:
         cfg = self.cfg
         prof = self.prof
         m = prof.matcher
-        if len(ids) == 1 and cfg.placement.single_fast_path and m.picks_cheapest_alone():
-            srv, wait, where = self.place_one(int(ids[0]), now, rng)
-            return np.array([srv], dtype=np.int64), np.array([wait]), np.array([where])
         sidx = tk.stage_of[ids]
         reps, in_bytes, runtime, shape, cpu = self.task_columns(ids, sidx)
         b = Batch(now, self.view, cfg, ids, sidx, reps, in_bytes, runtime, shape, cpu,
-                  self.batch_depth(sidx) if m.places_one_per_slot() else 1, reps[:, 0] >= 0)
+                  self.batch_depth(sidx) if m.places_one_per_slot() else 1)
         return place(b, prof, self.fstates, self.fail_rate, rng)
-
-    def place_one(self, t: int, now: float, rng) -> tuple[int, float, int]:
-        """place for one task (cfg.placement.single_fast_path, a matcher whose answer for one task is its
-        cheapest candidate), in plain numbers: (server or UNMATCHED, expected wait, locality)."""
-        tk = self.tasks
-        si = tk.stage_of.item(t)
-        st = tk.stages[si]
-        local = t - st.offset
-        reps1 = st.reps[local].tolist() if st.reps is not None else [-1, -1, -1]
-        b = Batch(now, self.view, self.cfg, (t,), (si,), None, float(st.in_bytes.item(local)), st.est_runtime,
-                  st.shape, st.spec.cpu, 1, reps1[0] >= 0)
-        return place_one(b, self.prof, self.fstates, self.fail_rate, rng, reps1)
 
     def batch_depth(self, sidx: np.ndarray) -> int:
         """Tasks one server may take in a batch: the smallest pipelining depth among its stages
@@ -254,55 +223,6 @@ class Placement:
             shape[m] = st.shape
             cpu[m] = st.spec.cpu
         return reps, in_bytes, runtime, shape, cpu
-
-    def dispatch_one(self, t: int, s: int, wait: float, where: int, now: float, opp_room: float, out: list,
-                      rng) -> bool:
-        """dispatch for one task, in plain numbers: the same state and effects (tests hold the
-        two to each other). A task that would go opportunistically, a job with a stateful
-        filter or with clones goes the general way. Returns whether it went out."""
-        tk = self.tasks
-        cfg = self.cfg
-        si = tk.stage_of.item(t)
-        st = tk.stages[si]
-        spec = st.spec
-        cpu = spec.cpu
-        reg_room = (tk.tokens - tk.used_tokens) + tk.tokens * (tk.depth(st) - 1)
-        if cpu > reg_room + 1e-9 or self.prof.stateful or self.clones > 1:
-            return self.dispatch(np.array([t], dtype=np.int64), np.array([s], dtype=np.int64), np.array([wait]),
-                                  np.array([where]), now, opp_room, out, rng) > 0
-        tk.move(t, "dispatch")
-        tk.used_tokens += cpu
-        a = tk.attempt.item(t)
-        a = (max(a, tk.generation << 16) if tk.generation else a) + 1
-        tk.attempt[t] = a
-        tk.server[t] = s
-        tk.opp[t] = False
-        tk.dispatch_t[t] = now
-        tk.exp_wait[t] = wait
-        tk.queued_seen[t] = False
-        tk.waiting[t] = False
-        tk.last_heard[t] = now
-        tk.passed_at[t] = np.inf
-        tk.start_t[t] = -1.0
-        tk.locality[t] = where
-        local = t - st.offset
-        in_bytes = float(st.in_bytes.item(local))
-        est_rt = st.est_runtime + cfg.io.init_s + in_bytes / tk.bw.item(where)
-        self.view.record_dispatch(s, est_rt * cpu / cfg.topology.cores, cpu, now)
-        tk.est_sent[t] = est_rt
-        if cfg.watchdog.probe_slack_s > 0:
-            self.watchdog.note(float(self.watchdog.silence_limit(now, wait, est_rt)))
-        st.wait_sum += wait
-        st.wait_n += 1
-        if cfg.attempts.copies and self.prof.corrections:
-            chk = float(self.watchdog.next_check(now, wait, est_rt + (st.straggler_baseline() - st.est_runtime)))
-            tk.check_t[t] = chk
-            self.watchdog.note(chk)
-        tk.sent[t] = task = TaskSpec(tk.job_id, t, a, si, cpu, spec.mem_gb, float(spec.durations_s.item(local)),
-                                        in_bytes, where, est_rt, False, spec.command, spec.env, spec.cwd,
-                                        spec.timeout_s, spec.command is not None)
-        out.append(Send(pn_address(s), Dispatch(tk.job_id, [task], cfg.host)))
-        return True
 
     def dispatch(self, ids: np.ndarray, srv: np.ndarray, wait: np.ndarray, where: np.ndarray, now: float,
                   opp_room: float, out: list, rng=None) -> int:

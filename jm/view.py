@@ -79,15 +79,6 @@ class ViewCache:
             n = self._slots[cpu] = int(np.floor(self._free / cpu + 1e-9).sum()) if cpu > 0 else 0
         return n
 
-    def record_dispatch(self, server: int, wait_s: float, cpu: float, now: float) -> None:
-        """record_dispatches for one task (a small job's start: plain numbers)."""
-        self.version += 1
-        if self.sent_at.item(server) + IN_FLIGHT_S < self.stamps.item(server):   # a reading that shows our sends
-            self.sent_wait[server] = self.sent_cpu[server] = 0.0
-        self.sent_wait[server] += wait_s
-        self.sent_cpu[server] += cpu
-        self.sent_at[server] = now
-
     def record_dispatches(self, servers: np.ndarray, wait_s: np.ndarray, cpu: np.ndarray, now: float) -> None:
         """Note tasks sent now: ``wait_s`` expected busy seconds per core, ``cpu`` CPUs, per task."""
         self.version += 1

@@ -85,7 +85,7 @@ def _priced(b: Batch, m: Matcher, rng) -> Batch:
 @pytest.mark.parametrize("name", [n for n, p in PROFILES.items() if p.matcher.picks_cheapest_alone()])
 @pytest.mark.parametrize("seed", range(20))
 def test_a_matcher_that_says_it_picks_the_cheapest_alone_does(name, seed):
-    """The promise that lets JmState place a lone task in plain floats (jm.single)."""
+    """The promise that lets the pipeline read a lone task's answer off its row."""
     m = PROFILES[name].matcher
     view, cfg, g = _scene(seed)
     b = _priced(_batch(view, cfg, g, 1), m, np.random.default_rng(seed))

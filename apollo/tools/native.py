@@ -51,7 +51,7 @@ MODULES = ("apollo.core.clocks", "apollo.core.effects", "apollo.core.messages", 
 DEPENDS = ("apollo.core.cluster", "apollo.core.lifecycle", "apollo.core.shapes", "apollo.core.spec",
            "apollo.core.stragglers", "apollo.runtime.hugepages", "jm.estimate", "jm.stable_matching", "jm.policies",
            "jm.policies.batch", "jm.policies.opportunistic", "jm.policies.pipeline", "rm.clones", "rm.queues",
-           "rm.sharing", "rm.store", "jm.config", "jm.candidates", "jm.single", "jm.policies.base",
+           "rm.sharing", "rm.store", "jm.config", "jm.candidates", "jm.policies.base",
            "jm.policies.deferral", "jm.policies.delay", "jm.policies.gate", "jm.policies.matchers",
            "jm.policies.offers", "jm.policies.sparrow", "rm.give_back", "rm.queue_order", "rm.share_capacity",
            "rm.share_fair", "rm.share_kind", "rm.share_math", "rm.sharing_types")

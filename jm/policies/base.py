@@ -58,7 +58,7 @@ class Filter:
 
     def cut(self, b, state) -> Any:
         """A jm.policies.batch.Cut to apply to the batch ``b``, or None to leave it be. ``b``'s
-        per-task fields are arrays for many tasks, plain floats for one."""
+        per-task fields are arrays (one entry per task, a batch of one task included)."""
         return None
 
     def rematches_on_news(self, cfg) -> bool:
@@ -96,8 +96,9 @@ class Matcher:
 
     def picks_cheapest_alone(self) -> bool:
         """Whether, for a batch of one task, ``match`` picks the candidate of least C among those
-        jm.candidates draws: then the JM may place a lone task in plain floats (jm.single)
-        instead. tests/test_policies_seams.py holds every matcher that says so to it."""
+        jm.candidates draws: then the pipeline reads a lone task's answer off its row instead of
+        asking ``match`` (a few numpy calls instead of the matcher's machinery for many).
+        tests/test_policies_seams.py holds every matcher that says so to it."""
         return False
 
     def places_one_per_slot(self) -> bool:

@@ -1,6 +1,7 @@
 """What a placement policy sees: a read-only snapshot of the batch of tasks being placed.
 
-Per task (row): ids, stage, replica servers, input bytes, runtime estimate, grid shape, CPUs.
+Per task (row), as arrays for a batch of one task as for many: ids, stage, replica servers,
+input bytes, runtime estimate, grid shape, CPUs (and whether it reads input).
 Per (task, candidate): the candidate server, whether it is a real (non-repeated) choice,
 its locality, and once the matcher asks for them, the estimated cost C, completion E and
 queue wait W. Filters do not write into it: they return a Cut, which the pipeline applies.
@@ -24,10 +25,10 @@ class Cut(NamedTuple):
 
 class Batch:
     __slots__ = ("now", "view", "cfg", "topology", "ids", "sidx", "reps", "in_bytes", "runtime", "shape", "cpu",
-                 "per_server", "cand", "valid", "loc", "C", "E", "W", "max_loc", "has_input", "light")
+                 "per_server", "cand", "valid", "loc", "C", "E", "W", "max_loc", "_has_input", "light")
 
     def __init__(self, now: float, view, cfg, ids, sidx, reps, in_bytes, runtime, shape, cpu,
-                 per_server: int, has_input) -> None:
+                 per_server: int, has_input=None) -> None:
         self.now = now
         self.view = view            # the host's ViewCache (read-only here)
         self.cfg = cfg              # the JmConfig
@@ -40,7 +41,7 @@ class Batch:
         self.shape = shape
         self.cpu = cpu
         self.per_server = per_server    # tasks one server may take per batch (pipelined short tasks)
-        self.has_input = has_input      # whether the task reads replicated input (locality can matter)
+        self._has_input = has_input     # (None: read off ``reps`` when a policy first asks)
         self.cand = self.valid = self.loc = None
         self.C = self.E = self.W = None
         self.light = view.lightly_loaded if view is not None else None   # where the lightly loaded
@@ -50,3 +51,10 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def has_input(self) -> np.ndarray:
+        """Per task, whether it reads replicated input (locality can matter)."""
+        if self._has_input is None:
+            self._has_input = self.reps[:, 0] >= 0
+        return self._has_input

@@ -44,7 +44,7 @@ class Deferral(Filter):
             return None
         ec, io = cfg.estimate, cfg.io
         doubt = ec.stale_penalty * min(max(b.now - b.view.time, 0.0), ec.max_stale_s)  # the idle server's
-        # reading is as old as the view; in_bytes and runtime are floats for one task, arrays for many
+        # reading is as old as the view
         limit = io.init_s + b.in_bytes / io.remote_bytes_per_s + b.runtime + cfg.placement.defer_s + doubt
         view, now = b.view, b.now
         return Cut("E", limit, lambda: view.has_idle(now))

@@ -50,9 +50,8 @@ class DelayScheduling(Filter):
         lvl = allowed_level(state, b.now, cfg.placement.delay_node_s, cfg.placement.delay_rack_s)
         if lvl >= REMOTE:
             return None
-        # tasks with no input to be near are never held (one task: a bool; many: an array)
-        return Cut("loc", np.where(b.has_input, lvl, REMOTE) if isinstance(b.has_input, np.ndarray)
-                   else (lvl if b.has_input else REMOTE))
+        # tasks with no input to be near are never held
+        return Cut("loc", np.where(b.has_input, lvl, REMOTE))
 
     def wake_at(self, state: DelayState, now: float, cfg) -> float | None:
         """When the job's allowed level next widens (it should look again then)."""

@@ -1,9 +1,10 @@
 """The one placement pipeline: candidates -> costs -> filters' cuts -> the matcher.
 
-A batch of many tasks goes through numpy; a batch of one task (the common case at a job's
-start, and whenever tokens free one at a time) gets its candidates and costs from jm.single
-in plain floats, the same numbers (tests/test_single_placement.py holds the two paths to
-each other), and then the same filters and the same choice of the cheapest.
+Every batch goes this way, one task or thousands, as arrays. A batch of one task is the
+common case at a job's start (and whenever tokens free one at a time) and it is on the job's
+critical path, where numpy's per-call cost is most of the work: so the steps are written for
+few numpy calls (jm.candidates, jm.estimate), and a lone task's answer is read off its row when
+the matcher's answer for one task is its cheapest candidate.
 """
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from apollo.core.cluster import REMOTE
 
 from .. import estimate as est
 from ..stable_matching import UNMATCHED
-from ..single import options_one
 from .batch import Batch, Cut
 
 INF = float("inf")
@@ -87,25 +87,3 @@ def _apply(b: Batch, cut: Cut) -> None:
     if cut.column == "loc":
         lim = np.broadcast_to(np.asarray(lim, dtype=float), (len(b),))
         b.max_loc = lim if b.max_loc is None else np.minimum(b.max_loc, lim)
-
-
-def place_one(b: Batch, profile, states, fail_rate, rng, reps: list[int]):
-    """The same for a batch of one task (``b``'s per-task fields are plain floats), as plain
-    numbers: (server or UNMATCHED, expected wait there, locality); the matcher must be one whose
-    answer for one task is its cheapest candidate."""
-    cfg = b.cfg
-    _narrow_light(b, profile)
-    cand, loc, C, E, W = options_one(reps, b.in_bytes, b.runtime, b.shape, b.cpu, b.now, b.view, fail_rate, cfg.io,
-                                     cfg.estimate, b.topology, rng, cfg.placement.per_rack, 2, b.light)
-    for f, st in zip(profile.filters, states):
-        cut = f.cut(b, st)
-        if cut is None:
-            continue
-        lim = cut.limit
-        worse = [x > lim for x in (E if cut.column == "E" else loc)]
-        if any(worse) and (cut.only_if is None or cut.only_if()):
-            C = [INF if x else c for c, x in zip(C, worse)]
-    best = min(range(len(C)), key=C.__getitem__)
-    if C[best] == INF:
-        return UNMATCHED, 0.0, REMOTE
-    return cand[best], W[best], loc[best]
