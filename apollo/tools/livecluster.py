@@ -189,7 +189,8 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
                 from None
     ports = _free_ports(2 + jm_hosts + procs, bind)   # the last one: the RM's HTTP face (rm/http/server.py)
     folder.mkdir(parents=True, exist_ok=True)
-    for stale in [*folder.glob("ready-*"), *folder.glob("restart-*")]:
+    # (an earlier cluster's grants to joined processes go too: they hold its secret, not the new one)
+    for stale in [*folder.glob("ready-*"), *folder.glob("restart-*"), *folder.glob("joined.json")]:
         stale.unlink()
     secret_path = folder / "secret"
     secret_path.write_text(secrets.token_hex(32))
