@@ -41,17 +41,27 @@ def candidate_rows(reps: np.ndarray, topo: Topology, lightly_loaded: np.ndarray,
     # One draw for every random choice (numpy's per-call cost dominates small batches, so this
     # is written for few calls: a batch of one task is the common case at a job's start).
     u = rng.random((B, 2 * R + n_light))
-    # Servers in the replicas' racks (random members); tasks with no input get random servers.
-    rep_cols = reps[:, _repeat_columns(w, per_rack)]      # each replica, per_rack times
-    start, size = _rack_spans(topo)
-    in_rack = start[rep_cols] + (u[:, :R] * size[rep_cols]).astype(np.int64)
-    anywhere = (u[:, R:2 * R] * topo.servers).astype(np.int64)
     pool = len(lightly_loaded) or topo.servers
     light = (u[:, 2 * R:] * pool).astype(np.int64)
     if len(lightly_loaded):
         light = lightly_loaded[light]
-    cand = np.concatenate((np.where(reps >= 0, reps, anywhere[:, :w]), np.where(rep_cols >= 0, in_rack, anywhere),
-                           light), axis=1, dtype=np.int64)
+    # Servers in the replicas' racks (random members); tasks with no input get random servers
+    # (drawn only if some task has none: a task's replicas are all servers or all -1).
+    has = reps >= 0
+    readers = np.count_nonzero(has)
+    if readers:
+        rep_cols = reps[:, _repeat_columns(w, per_rack)]      # each replica, per_rack times
+        start, size = _rack_spans(topo)
+        near = start[rep_cols] + (u[:, :R] * size[rep_cols]).astype(np.int64)
+    if readers < has.size:
+        anywhere = (u[:, R:2 * R] * topo.servers).astype(np.int64)
+    if readers == has.size:
+        first, second = reps, near
+    elif not readers:
+        first, second = anywhere[:, :w], anywhere
+    else:
+        first, second = np.where(has, reps, anywhere[:, :w]), np.where(rep_cols >= 0, near, anywhere)
+    cand = np.concatenate((first, second, light), axis=1, dtype=np.int64)
     cand.sort(axis=1)
     valid = np.empty(cand.shape, dtype=bool)
     valid[:, 0] = True

@@ -299,10 +299,9 @@ class Placement:
             tk.used_tokens += _total(cpu[:n_reg] if n_reg < n else cpu)
         if n > n_reg:
             tk.outstanding_opp += _total(cpu[n_reg:])
-        if tk.generation:     # above the attempts of earlier homes, adopted ones included
-            tk.attempt[ids] = np.maximum(tk.attempt[ids], tk.generation << 16) + 1
-        else:
-            tk.attempt[ids] += 1
+        # (above the attempts of earlier homes, adopted ones included)
+        attempt = np.maximum(tk.attempt[ids], tk.generation << 16) + 1 if tk.generation else tk.attempt[ids] + 1
+        tk.attempt[ids] = attempt
         tk.server[ids] = srv
         if n > n_reg:
             tk.opp[ids[:n_reg]] = False
@@ -322,7 +321,9 @@ class Placement:
         if single:
             st = stages[0]
             sidx: Any = None
-            est_rt = st.est_runtime + cfg.io.init_s + st.in_bytes[ids - st.offset] / bw[where]
+            local = ids - st.offset if st.offset else ids
+            in_bytes = st.in_bytes[local]
+            est_rt = st.est_runtime + cfg.io.init_s + in_bytes / bw[where]
         else:
             sidx = tk.stage_of[ids]
             est_rt = np.empty(n)
@@ -364,13 +365,12 @@ class Placement:
         if single:
             st = stages[0]
             spec = st.spec
-            local = ids - st.offset
             c, mem, cmd, env, cwd, tmo = spec.cpu, spec.mem_gb, spec.command, spec.env, spec.cwd, spec.timeout_s
             limit = cmd is not None
             for t, s, loc, rt, o, a, d, b in zip(ids.tolist(), srv.tolist(), where.tolist(), est_rt.tolist(),
-                                                 opp, tk.attempt[ids].tolist(),
+                                                 opp, attempt.tolist(),
                                                  spec.durations_s[local].astype(float, copy=False).tolist(),
-                                                 st.in_bytes[local].astype(float, copy=False).tolist()):
+                                                 in_bytes.astype(float, copy=False).tolist()):
                 sent[t] = task = TaskSpec(job_id, t, a, 0, c, mem, d, b, loc, rt, o, cmd, env, cwd, tmo, limit)
                 q = by_server.get(s)
                 if q is None:
@@ -379,7 +379,7 @@ class Placement:
                     q.append(task)
         else:
             for t, s, loc, rt, o, a, si in zip(ids.tolist(), srv.tolist(), where.tolist(), est_rt.tolist(),
-                                               opp, tk.attempt[ids].tolist(), sidx.tolist()):
+                                               opp, attempt.tolist(), sidx.tolist()):
                 st = stages[si]
                 spec = st.spec
                 i = t - st.offset
