@@ -162,6 +162,7 @@ async def _show_logs(folder: Path, args: argparse.Namespace, st, wanted: int | N
     shown: dict[int, Any] = {}           # task -> the attempt followed
     offsets: dict[tuple, int] = {}       # (task, attempt) -> bytes printed
     partial: dict[int, str] = {}         # task -> its last line, not ended yet
+    silent: set[str] = set()             # tasks whose process did not answer
     async with Client(folder) as c:
         reader = LogReader(c, pn_processes(folder, read_info(folder)))
         ended = not args.follow
@@ -184,7 +185,9 @@ async def _show_logs(folder: Path, args: argparse.Namespace, st, wanted: int | N
                           + ("" if a.exit_code is None else f", exit {a.exit_code}")
                           + (f": {a.path(args.stderr)}" if a.folder else ": its process did not answer"))
                 if not a.folder:
+                    silent.add(a.label)
                     continue
+                silent.discard(a.label)
                 key = (a.task, a.attempt)
                 async for data, end in reader.chunks(a, args.stderr, offsets.get(key, 0)):
                     offsets[key] = end
@@ -197,8 +200,12 @@ async def _show_logs(folder: Path, args: argparse.Namespace, st, wanted: int | N
         for t in list(partial):
             _end_line(t, partial, prefixed, shown.get(t))
     if not shown:
-        _note(f"apollo logs: job {args.id} has no task output yet" if wanted is None else
-              f"apollo logs: task {args.task[0]}:{args.task[1]} of job {args.id} has not started")
+        which = f"job {args.id}" if wanted is None else f"task {args.task[0]}:{args.task[1]} of job {args.id}"
+        _note(f"apollo logs: {which} has no output" + ("" if args.attempt is None else f" from attempt {args.attempt}")
+              + " (not started yet, or synthetic tasks: they write none)")
+        return 1
+    if silent:
+        _note(f"apollo logs: no output from {', '.join(sorted(silent))}: the process that ran it did not answer")
         return 1
     return 0
 
