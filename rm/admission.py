@@ -4,7 +4,8 @@ more than they can use (their slack is the first taken for a newcomer), and Doll
 budget.
 
 A new job is admitted at once when its queue and user are below their limits, nobody waits
-ahead of it there and a token is free; else it waits for an allocation round
+ahead of it there and a token is free (or its queue runs jobs without one:
+rm/queue_order.py runs_without_token); else it waits for an allocation round
 (rm/allocation_round.py), which ``admit_now`` says when to run. Either way an admitted job
 is offered to a JM host (rm/jm_homes.py).
 """
@@ -20,6 +21,7 @@ from .cluster_load import ClusterLoad
 from .jm_homes import JmHomes
 from .jobs import JobEntry
 from .queue_limits import below_guarantee, max_room
+from .queue_order import runs_without_token
 from .queues import QueueTree
 from .token_messages import TokenMessages
 
@@ -73,9 +75,9 @@ class Admission:
         # admitted now in a round of its own, which cuts the borrowers' tokens too (what they
         # still hold is given back within the queue's timeout).
         now_round = ok and e.demand > free and below_guarantee(self.tree, self.jobs, leaf, total)
-        if ok and not now_round and (e.demand <= 0 or free >= 1):
+        if ok and not now_round and (e.demand <= 0 or free >= 1 or runs_without_token(q)):
             self.grant_cap = total
-            out += self.admit(e, int(min(e.demand, free)) if e.demand > 0 else 0, now)
+            out += self.admit(e, int(min(e.demand, max(free, 0))) if e.demand > 0 else 0, now)
             return ADMITTED
         self.waiting_in[leaf] = self.waiting_in.get(leaf, 0) + 1
         self.positions[e.job_id] = (leaf, self.waiting_in[leaf])

@@ -58,6 +58,15 @@ def order_of(q: QueueSpec) -> QueueOrder:
     return ORDERS[q.order]
 
 
+def runs_without_token(q: QueueSpec) -> bool:
+    """Whether a job of leaf ``q`` is admitted (runs) with no token: in a queue that promises
+    none (FIFO) and says how many jobs run at once (``max_running_jobs``, Hadoop's
+    maxRunningJobs), that many jobs run, and those behind the head wait for its slots inside
+    the queue, as runnable jobs of a Hadoop FIFO pool do. Elsewhere a job is admitted when it
+    can hold a token (or, in FIFO, at the head of the line)."""
+    return not ORDERS[q.order].token_of_right and q.max_running_jobs is not None
+
+
 def user_floors(q: QueueSpec, share: float, d: np.ndarray, rank: np.ndarray, users: np.ndarray):
     """HADOOP-3445 user limits: every active user (one with demand) first gets max(limit,
     1/users) of the queue's share (no more than it can use), users taken by their first job in

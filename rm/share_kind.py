@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .give_back import take_back
-from .queue_order import ORDERS, split_leaf
+from .queue_order import ORDERS, runs_without_token, split_leaf
 from .share_math import EPS, whole_tokens
 from .sharing_types import Allocation, Owed, Round, Snapshot
 
@@ -106,7 +106,8 @@ class SharingKind:
         total = int(math.floor(max(0.0, snap.capacity) + 1e-9))
         needs = d > 0
 
-        newly = self._admit(snap, leaf, users, rank, d, needs, admitted, total)
+        tokenless = np.array([runs_without_token(q) for q in self._leaves], dtype=bool)[leaf]
+        newly = self._admit(snap, leaf, users, rank, d, needs & ~tokenless, admitted, total)
         adm = admitted.copy()
         adm[newly] = True
 
@@ -121,17 +122,18 @@ class SharingKind:
                 x[m] = split_leaf(q, shares[q.path], d[m], w[m], rank[m], users[m])
                 strict[m] = not ORDERS[q.order].token_of_right
         # Where the order promises no token (FIFO), a job left nothing waits: one just admitted
-        # goes back to the line, one already running keeps its tasks but is granted no token
-        # (Hadoop's FIFO gives the next slot to the head of the line).
+        # goes back to the line (unless its queue runs jobs without one: runs_without_token),
+        # one already running keeps its tasks but is granted no token (Hadoop's FIFO gives the
+        # next slot to the head of the line).
         starved = strict & (x <= EPS) & needs
         if starved.any():
-            back = [i for i in newly if starved[i]]
+            back = [i for i in newly if starved[i] and not tokenless[i]]
             if back:
                 newly = [i for i in newly if not starved[i]]
                 adm[back] = False
                 x[back] = 0.0
         ai = np.flatnonzero(adm)
-        got = whole_tokens(x[ai], total, (needs & ~starved)[ai])
+        got = whole_tokens(x[ai], total, (needs & ~starved & ~tokenless)[ai])   # (promised a token)
         grant = np.zeros(n, dtype=np.int64)
         grant[ai] = got
         ids = [r[6] for r in rows]
@@ -225,12 +227,14 @@ class SharingKind:
         assert set(alloc.tokens) == adm, "tokens must list exactly the admitted jobs"
         assert all(t >= 0 for t in alloc.tokens.values())
         assert sum(alloc.tokens.values()) <= total, "more tokens than cores"
-        holders = [i for i in adm if byid[i].demand > 0]
+        # (jobs of a queue that runs them without a token need no slot: runs_without_token)
+        holders = [i for i in adm if byid[i].demand > 0 and not runs_without_token(leaf_of[i])]
         promised = [i for i in holders if ORDERS[leaf_of[i].order].token_of_right]
         if len(holders) <= total:      # (a FIFO queue's job may hold none: the jobs ahead take it all)
             assert all(alloc.tokens[i] >= 1 for i in promised), "a job with demand holds no token"
         elif alloc.admit:
-            assert all(byid[i].demand <= 0 for i in alloc.admit), "admitted past the token slots"
+            assert all(byid[i].demand <= 0 or runs_without_token(leaf_of[i]) for i in alloc.admit), \
+                "admitted past the token slots"
         for q in self._leaves:                           # limits, where this round admitted jobs
             mine = [i for i in adm if leaf_of[i].path == q.path]
             new = [i for i in alloc.admit if leaf_of[i].path == q.path]

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from rm.queues import Amount, QueueError, QueueSpec, QueueTree, UnknownQueue, load_queue_file
+from rm.queue_order import runs_without_token
 from rm.sharing import (Allocation, CapacitySharing, FairSharing, JobView, Reclaim, Snapshot,
                         capacity_shares, fair_shares, make_sharing_policy, round_tokens,
                         split_in_queue, water_fill)
@@ -492,13 +493,16 @@ def check_allocation(t, snap, a: Allocation, deficit_bound):
     assert set(a.tokens) == adm
     assert sum(a.tokens.values()) <= total                               # tokens fit the cores
     holders = [i for i in adm if byid[i].demand > 0]
-    old_holders = [j.job_id for j in snap.jobs if j.admitted and j.demand > 0]
-    if a.admit and any(byid[i].demand > 0 for i in a.admit):
-        assert len(holders) <= total                                    # one token each fits
+    old_holders = [j.job_id for j in snap.jobs if j.admitted and j.demand > 0 and not runs_without_token(t.leaf(j.queue))]
+    # (a queue that runs jobs without a token admits them past the tokens: runs_without_token)
+    slotted = [i for i in holders if not runs_without_token(t.leaf(byid[i].queue))]
+    if a.admit and any(byid[i].demand > 0 and not runs_without_token(t.leaf(byid[i].queue)) for i in a.admit):
+        assert len(slotted) <= total                                    # one token each fits
     if len(holders) <= total:       # every job with demand holds a token, but in a FIFO queue,
         # where a job the ones ahead leave nothing holds none (and a new one is not admitted)
         assert all(a.tokens[i] >= 1 for i in holders if t.leaf(byid[i].queue).order != "fifo")
-    assert len(old_holders) <= total or not any(byid[i].demand > 0 for i in a.admit)
+    assert len(old_holders) <= total or not any(byid[i].demand > 0 and not runs_without_token(t.leaf(byid[i].queue))
+                                                for i in a.admit)
     for q in t.leaves():
         new = [i for i in a.admit if byid[i].queue == q.path]
         mine = [i for i in adm if byid[i].queue == q.path]
