@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from pathlib import Path
 
 import numpy as np
@@ -219,7 +220,10 @@ def run_node(rm: str, secret_file: Path, kind: str, folder: Path, *, pns: int, c
     stopping = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stopping.append(signum))
+    # (one tag for every restart of the child: its work folder, hence the output of the tasks it
+    # ran before a restart, stays where its log service serves it from)
     params = {"rm": rm, "secret_file": str(secret_file), "kind": kind, "dir": str(folder), "pns": pns, "cpus": cpus,
+              "tag": f"{kind}-{secrets.token_hex(3)}",
               "mem_gb": mem_gb, "rack": rack, "bind": bind, "port": port, "give_up_s": FIRST_JOIN_GIVE_UP_S,
               "parent": os.getpid()}
     backoff = Backoff()

@@ -236,7 +236,7 @@ JOIN_ANSWER_S = 30.0     # an RM that is reached but does not answer a join for 
 async def join_cluster(rm: str, secret: bytes, kind: str, folder: Path, *, pns: int = 1, cpus: float = 2.0,
                        mem_gb: float = 8.0, rack: int = -1, bind: str = "127.0.0.1", port: int = 0,
                        give_up_s: float | None = 5.0, on_joined: Callable[[dict], None] | None = None,
-                       stop: "asyncio.Event | None" = None) -> dict:
+                       stop: "asyncio.Event | None" = None, tag: str | None = None) -> dict:
     """Join the cluster whose RM listens at ``rm`` as ``pns`` PNs (kind "pn") or a JM host (kind
     "jm"), listening on ``bind``; run until told to leave (Leave, from `apollo cluster down`), or
     ``stop`` is set (or SIGTERM/SIGINT). This process keeps its own clock (its origin is its
@@ -248,7 +248,7 @@ async def join_cluster(rm: str, secret: bytes, kind: str, folder: Path, *, pns: 
     from apollo.tools.join import member_address
     from apollo.tools.livecluster import ClusterError
     folder.mkdir(parents=True, exist_ok=True)
-    tag = f"{kind}-{secrets.token_hex(3)}"
+    tag = tag or f"{kind}-{secrets.token_hex(3)}"     # (names its records and work folder)
     rt = LiveRuntime(secret, log_sink=EventFile(folder / f"events-joined-{tag}.jsonl"),
                      workdir=str(folder / "work" / tag), listen_host=bind)
     answer = _JoinAnswer()
@@ -357,7 +357,8 @@ def join_main(params: dict) -> int:
     try:
         me = run(join_cluster(params["rm"], secret, params["kind"], folder, pns=params["pns"], cpus=params["cpus"],
                               mem_gb=params["mem_gb"], rack=params["rack"], bind=params["bind"], port=params["port"],
-                              give_up_s=params["give_up_s"], on_joined=lambda me: tell(joined=me)))
+                              give_up_s=params["give_up_s"], on_joined=lambda me: tell(joined=me),
+                              tag=params.get("tag")))
     except ClusterError as e:
         tell(failed=str(e))
         return JOIN_REFUSED
