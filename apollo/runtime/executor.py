@@ -26,6 +26,7 @@ import os
 import resource
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -50,12 +51,32 @@ class _Running:
     killed: bool = False
 
 
-def _limit_address_space(limit: int) -> Callable[[], None]:
-    def apply() -> None:   # runs in the child between fork and exec
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        soft = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+def _in_child(mem_limit: int | None) -> Callable[[], None]:
+    """What runs in a command's process between fork and exec: the address-space limit, if
+    any, and (Linux) SIGKILL when the PN process that started it dies, as a task dies with its
+    server: a PN process killed or crashed leaves no task running on unseen (its attempts are
+    placed again elsewhere)."""
+    def apply() -> None:
+        if mem_limit is not None:
+            _, hard = resource.getrlimit(resource.RLIMIT_AS)
+            soft = mem_limit if hard == resource.RLIM_INFINITY else min(mem_limit, hard)
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        if _PRCTL is not None:
+            _PRCTL(1, signal.SIGKILL, 0, 0, 0)        # PR_SET_PDEATHSIG
     return apply
+
+
+def _libc_prctl():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+        return ctypes.CDLL(None).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()
 
 
 def output_base(workdir: Path, job_id: int, task: int, attempt: int) -> Path:
@@ -194,9 +215,7 @@ class Executor:
             self.workdir.mkdir(parents=True, exist_ok=True)
             env = {**os.environ, **attempt_env(spec)}
             cwd = spec.cwd or str(self.workdir)
-            kw: dict = {}
-            if spec.mem_limit:
-                kw["preexec_fn"] = _limit_address_space(int(spec.mem_gb * 2 ** 30))
+            kw = {"preexec_fn": _in_child(int(spec.mem_gb * 2 ** 30) if spec.mem_limit else None)}
             with open(out_path, "wb") as fo, open(err_path, "wb") as fe:
                 proc = await asyncio.create_subprocess_exec(
                     *cmd, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, env=env, cwd=cwd,

@@ -154,11 +154,31 @@ def check_seed(seed: int) -> dict:
     return {"seed": seed, "why": why, "faults": dict(p.faults), "replay": f"apollo chaos --seeds 1 --start {seed}"}
 
 
-def run_chaos(seeds: int, start: int = 0, workers: int | None = None, progress=None) -> dict:
+def task_share(seeds: int, start: int, index: int, tasks: int) -> list[int]:
+    """The seeds task ``index`` of ``tasks`` runs in a sweep over a cluster (every ``tasks``-th,
+    so that slow seeds spread evenly)."""
+    return list(range(start + index, start + seeds, tasks))
+
+
+def summary(seeds: int, results: list[dict], wall_s: float) -> dict:
+    """The run's JSON: {seeds, passed, failed, wall_s, faults}, whatever ran the seeds."""
+    faults: Counter = Counter()
+    for r in results:
+        faults.update(r["faults"])
+    failed = [{k: r[k] for k in ("seed", "why", "replay")} for r in results if r["why"]]
+    return {"seeds": seeds, "passed": seeds - len(failed), "failed": failed,
+            "wall_s": wall_s, "faults": dict(sorted(faults.items()))}
+
+
+def run_chaos(seeds: int, start: int = 0, workers: int | None = None, progress=None,
+              ids: "list[int] | None" = None) -> dict:
+    """Check seeds ``start`` .. ``start + seeds - 1`` (or exactly ``ids``) in ``workers``
+    processes; ``progress`` is called with each seed's outcome as it comes."""
     t0 = time.perf_counter()
     workers = workers or min(os.cpu_count() or 1, 8)
     results = []
-    ids = range(start, start + seeds)
+    ids = range(start, start + seeds) if ids is None else ids
+    seeds = len(ids)
     if workers > 1 and seeds > 1:
         with ProcessPoolExecutor(workers) as pool:
             for r in pool.map(check_seed, ids, chunksize=max(1, min(16, seeds // (workers * 4) or 1))):
@@ -171,9 +191,4 @@ def run_chaos(seeds: int, start: int = 0, workers: int | None = None, progress=N
             results.append(r)
             if progress:
                 progress(r)
-    faults: Counter = Counter()
-    for r in results:
-        faults.update(r["faults"])
-    failed = [{k: r[k] for k in ("seed", "why", "replay")} for r in results if r["why"]]
-    return {"seeds": seeds, "passed": seeds - len(failed), "failed": failed,
-            "wall_s": time.perf_counter() - t0, "faults": dict(sorted(faults.items()))}
+    return summary(seeds, results, time.perf_counter() - t0)

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from apollo.core.spec import SpecError
 from jm.policies import PROFILES
 
-from .options import count, fraction, non_negative, number, positive, probability
+from .options import DEFAULT_CLUSTER, count, fraction, non_negative, number, positive, probability
 
 BENCHES = {
     "matching": "stable matching: batch size vs time and quality",
@@ -81,16 +82,43 @@ def _simulate(args: argparse.Namespace) -> int:
 
 def _chaos(args) -> int:
     from apollo.tools.chaos import run_chaos
+    if args.as_task:
+        return _chaos_task(args)
 
     def progress(r: dict) -> None:
         if r["why"]:
             print(f"seed {r['seed']} FAILED: {r['why']}\n  replay: {r['replay']}", flush=True)
-    out = run_chaos(args.seeds, args.start, workers=args.workers, progress=progress)
+    if args.cluster:
+        from apollo.tools.sweep import chaos_on_cluster
+        out = chaos_on_cluster(Path(args.cluster).expanduser(), args.seeds, args.start, tasks=args.tasks,
+                               progress=progress)
+    else:
+        out = run_chaos(args.seeds, args.start, workers=args.workers, progress=progress)
     print(f"{out['passed']}/{out['seeds']} seeds passed in {out['wall_s']:.1f} s; faults: "
           + ", ".join(f"{k} {v}" for k, v in out["faults"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0 if out["passed"] == out["seeds"] else 1
+
+
+def _chaos_task(args) -> int:
+    """One task of a sweep on a cluster (apollo.tools.sweep): this task's share of the seeds, by
+    its place in the job array, one JSON line per seed on stdout as each is checked."""
+    import os
+
+    from apollo.tools.chaos import run_chaos, task_share
+    try:
+        index, tasks = int(os.environ["APOLLO_TASK_INDEX"]), int(os.environ["APOLLO_TASKS"])
+    except (KeyError, ValueError):
+        print("apollo chaos --as-task: run as a task of a cluster job (APOLLO_TASK_INDEX and APOLLO_TASKS "
+              "are not set)", file=sys.stderr)
+        return 2
+
+    def emit(r: dict) -> None:
+        print(json.dumps(r), flush=True)
+    run_chaos(args.seeds, args.start, workers=args.workers or 1, progress=emit,
+              ids=task_share(args.seeds, args.start, index, tasks))
+    return 0
 
 
 def _delay(text: str | None) -> tuple[float, float] | None:
@@ -179,6 +207,14 @@ def register(sub) -> None:
     ch.add_argument("--start", type=count(0), default=0, help="the first seed (default 0)")
     ch.add_argument("--workers", type=count(0), default=0, help="processes (default 0: one per core)")
     ch.add_argument("--json", metavar="FILE", help="write {seeds, passed, failed, wall_s, faults} here")
+    ch.add_argument("--cluster", metavar="DIR", nargs="?", const=os.environ.get("APOLLO_CLUSTER") or str(DEFAULT_CLUSTER),
+                    help="run the seeds as command tasks of this live cluster (default with no DIR: "
+                         "$APOLLO_CLUSTER, else ~/.apollo/cluster); joined hosts take their share")
+    ch.add_argument("--tasks", type=count(1), default=None,
+                    help="with --cluster: tasks the seeds are split over (default: about 20 seeds per task, "
+                         "at least one per core)")
+    ch.add_argument("--as-task", action="store_true",
+                    help="(what a sweep's tasks run) this task's share of the seeds, one JSON line each")
 
     lines = "\n".join(f"  {name:<12} {what}" for name, what in BENCHES.items())
     b = sub.add_parser("bench", help="benchmarks: " + ", ".join(BENCHES),

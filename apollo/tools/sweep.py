@@ -1,0 +1,133 @@
+"""Sweeps on a live cluster: `apollo chaos --seeds N --cluster DIR`.
+
+The seeds become one job of command tasks, a job array: task i of K runs `apollo chaos
+--as-task`, which checks every K-th seed from ``start + i`` (apollo.tools.chaos.task_share,
+by its APOLLO_TASK_INDEX and APOLLO_TASKS) and prints one JSON line per seed. The cluster
+places the tasks like any others, on joined hosts too, and retries an attempt lost with its
+PN. Once the job is done, each task's output is read where it ran, over the cluster's own
+protocol (apollo.tools.logs), from the attempt whose result counted.
+
+No seed is counted twice: a task's result is taken from one attempt only (a duplicate, or an
+attempt before a retry, is ignored), and only for the seeds that task owns; a seed no task
+answered for is a failure naming its replay command. The result is the same JSON as a local
+run (apollo.tools.chaos.summary), plus the job and the task count.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from apollo.core.spec import JobSpec, StageSpec
+from apollo.tools.chaos import summary, task_share
+
+SEEDS_PER_TASK = 20       # a task's share: a few seconds to a minute of work, so a lost one costs little
+SEED_S = 2.0              # a seed's wall time, checked twice, as the JM's estimate
+COLLECT_S = 30.0          # after the job: how long to wait for the records and every task's output
+RETRIES = 10              # attempts a task may fail (a PN killed mid-sweep loses its attempts)
+
+
+def task_count(seeds: int, cores: float, tasks: int | None = None) -> int:
+    """Tasks for ``seeds`` seeds: ``tasks`` if given, else about SEEDS_PER_TASK seeds each but
+    at least one task per core (never more tasks than seeds)."""
+    if tasks is None:
+        tasks = max(int(cores), math.ceil(seeds / SEEDS_PER_TASK))
+    return max(1, min(seeds, tasks))
+
+
+def sweep_job(seeds: int, start: int, tasks: int) -> JobSpec:
+    """The job that runs ``seeds`` seeds from ``start`` over ``tasks`` command tasks."""
+    command = (sys.executable, "-m", "apollo.tools.cli", "chaos", "--seeds", str(seeds), "--start", str(start),
+               "--workers", "1", "--as-task")
+    per_task = math.ceil(seeds / tasks) * SEED_S
+    stage = StageSpec("seeds", tasks, np.full(tasks, per_task), cpu=1.0, mem_gb=1.0, command=command)
+    return JobSpec(f"chaos-{start}-{start + seeds - 1}", [stage], max_retries=RETRIES)
+
+
+def parse_results(data: bytes, owned: list[int]) -> dict[int, dict]:
+    """The outcomes in a task's output, for the seeds it owns only (anything else is ignored)."""
+    mine = set(owned)
+    got: dict[int, dict] = {}
+    for line in data.decode("utf-8", "replace").splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(r, dict) and r.get("seed") in mine and {"why", "faults", "replay"} <= r.keys():
+            got.setdefault(r["seed"], r)
+    return got
+
+
+def chaos_on_cluster(folder: Path, seeds: int, start: int = 0, tasks: int | None = None, progress=None,
+                     submit_timeout_s: float = 60.0) -> dict:
+    from apollo.runtime.live import run
+    return run(_sweep(folder, seeds, start, tasks, progress, submit_timeout_s))
+
+
+async def _sweep(folder: Path, seeds: int, start: int, tasks: int | None, progress, submit_timeout_s: float) -> dict:
+    from apollo.tools.client import Client
+    from apollo.tools.livecluster import ClusterError, read_info
+    t0 = time.perf_counter()
+    cfg = read_info(folder)["config"]
+    k = task_count(seeds, cfg["pns"] * cfg["cpus"], tasks)
+    spec = sweep_job(seeds, start, k)
+    async with Client(folder) as c:
+        job_id = await c.submit(spec, timeout_s=submit_timeout_s)
+        print(f"sweep: job {job_id}, {seeds} seeds over {k} tasks on the cluster in {folder}", flush=True)
+        done = await c.wait(job_id)
+        if not done.ok:
+            raise ClusterError(f"the sweep's job {job_id} failed: {done.reason} (apollo job {job_id} --cluster {folder})")
+        found = await _collect(c, folder, job_id, spec, seeds, start, k)
+    results = []
+    for t in range(k):
+        for s in task_share(seeds, start, t, k):
+            r = found.get(s) or {"seed": s, "faults": {}, "replay": f"apollo chaos --seeds 1 --start {s}",
+                                 "why": f"no result: task seeds:{t} of job {job_id} did not report it "
+                                        f"(apollo logs {job_id} --task seeds:{t} --cluster {folder})"}
+            results.append(r)
+            if progress:
+                progress(r)
+    out = summary(seeds, results, time.perf_counter() - t0)
+    out.update(cluster=str(folder), job=job_id, tasks=k)
+    return out
+
+
+async def _collect(c, folder: Path, job_id: int, spec: JobSpec, seeds: int, start: int, k: int) -> dict[int, dict]:
+    """Every seed's outcome, each from the one attempt of its task whose result counted (the
+    first done; others done too are duplicates and skipped). Waits up to COLLECT_S for the
+    records to say which, and for every owner's output to be complete."""
+    from apollo.tools.client import EventTail
+    from apollo.tools.livecluster import read_info
+    from apollo.tools.logs import LogReader, job_attempts, pn_processes
+    processes = pn_processes(folder, read_info(folder))
+    reader = LogReader(c, processes)
+    tail = EventTail(folder)
+    records: list = []
+    stages = [(s.name, s.tasks) for s in spec.stages]
+    found: dict[int, dict] = {}
+    complete: set[int] = set()
+    deadline = time.monotonic() + COLLECT_S
+    while True:
+        records += tail.poll()
+        listings = await reader.listings(job_id)
+        attempts = job_attempts(job_id, stages, records, listings, processes)
+        for t in range(k):
+            if t in complete:
+                continue
+            owned = task_share(seeds, start, t, k)
+            done = sorted((a for a in attempts.get(t, []) if a.outcome == "done" and a.process),
+                          key=lambda a: (a.t_end, a.attempt))
+            for a in done[:1]:           # the attempt whose result counted: only that one
+                data = b"".join([chunk async for chunk, _ in reader.chunks(a, False)])
+                got = parse_results(data, owned)
+                if len(got) == len(owned):
+                    found.update(got)
+                    complete.add(t)
+        if len(complete) == k or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(0.5)
