@@ -22,7 +22,7 @@ from .stable_matching import UNMATCHED
 from .policies.batch import Batch
 from .policies.opportunistic import random_idle
 from .policies.pipeline import place
-from .tasks import READY, TaskTable, pn_address
+from .tasks import READY, Stage, TaskTable, pn_address
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -37,6 +37,19 @@ def _filled(n: int, value: Any, shape: Any = None) -> np.ndarray:
     return a
 
 
+def _at(column: np.ndarray, at: Any) -> Any:
+    """``column``'s entries at ``at``: a Python number for one index (an int), an array for an
+    array of them."""
+    return column.item(at) if type(at) is int else column[at]
+
+
+def _each(x: Any) -> list:
+    """The per-task values ``x`` as a list of Python numbers: an array's, or a single task's one."""
+    if type(x) is np.ndarray:
+        return x.tolist()
+    return [x.item() if isinstance(x, np.generic) else x]
+
+
 def _least(x: Any) -> float:
     """float(x.min()) of an array, or the number ``x`` (one task's); one element is read, not
     reduced (the same number)."""
@@ -45,8 +58,11 @@ def _least(x: Any) -> float:
     return x.item(0) if len(x) == 1 else float(x.min())
 
 
-def _total(x: np.ndarray) -> float:
-    """float(x.sum()); one element is read, not reduced (the same number)."""
+def _total(x: Any) -> float:
+    """float(x.sum()) of an array, or the number ``x`` (one task's); one element is read, not
+    reduced (the same number)."""
+    if type(x) is float:
+        return x
     return x.item(0) if len(x) == 1 else float(x.sum())
 
 
@@ -287,8 +303,18 @@ class Placement:
             return 0
         if n < m:
             ids, srv, cpu, wait, where = ids[:n], srv[:n], cpu[:n], wait[:n], where[:n]
-        if n == 1:      # (the same step, on a number: a small job's start is on its critical path)
-            tk.move(ids.item(0), "dispatch")
+        # One task (a small job's start, or a token freed: the common case, on the job's critical
+        # path) goes with its index and figures as Python numbers. Each step below reads the same
+        # for one task's numbers as for many tasks' arrays, and on numbers it skips numpy's
+        # per-call cost, which is most of what one task's steps would pay.
+        at: Any = ids
+        to: Any = srv
+        w: Any = wait
+        loc: Any = where
+        c: Any = cpu
+        if n == 1:
+            at, to, w, loc, c = ids.item(0), srv.item(0), wait.item(0), where.item(0), cpu.item(0)
+            tk.move(at, "dispatch")
         else:
             tk.move_many(ids, READY, "dispatch")
         if self.prof.stateful:
@@ -300,96 +326,92 @@ class Placement:
         if n > n_reg:
             tk.outstanding_opp += _total(cpu[n_reg:])
         # (above the attempts of earlier homes, adopted ones included)
-        attempt = np.maximum(tk.attempt[ids], tk.generation << 16) + 1 if tk.generation else tk.attempt[ids] + 1
-        tk.attempt[ids] = attempt
-        tk.server[ids] = srv
+        attempt = _at(tk.attempt, at)
+        attempt = (np.maximum(attempt, tk.generation << 16) if tk.generation else attempt) + 1
+        tk.attempt[at] = attempt
+        tk.server[at] = to
         if n > n_reg:
             tk.opp[ids[:n_reg]] = False
             tk.opp[ids[n_reg:]] = True
             tk.opp_active.update(ids[n_reg:].tolist())
         else:
-            tk.opp[ids] = False
-        tk.dispatch_t[ids] = now
-        tk.exp_wait[ids] = wait
-        tk.queued_seen[ids] = False
-        tk.waiting[ids] = False
-        tk.last_heard[ids] = now
-        tk.passed_at[ids] = np.inf
-        tk.start_t[ids] = -1.0
-        tk.locality[ids] = where
-        bw = tk.bw
-        if single:
-            st = stages[0]
-            sidx: Any = None
-            local = ids - st.offset if st.offset else ids
-            in_bytes = st.in_bytes[local]
-            est_rt = st.est_runtime + cfg.io.init_s + in_bytes / bw[where]
+            tk.opp[at] = False
+        tk.dispatch_t[at] = now
+        tk.exp_wait[at] = w
+        tk.queued_seen[at] = False
+        tk.waiting[at] = False
+        tk.last_heard[at] = now
+        tk.passed_at[at] = np.inf
+        tk.start_t[at] = -1.0
+        tk.locality[at] = loc
+        # The tasks' stage: one for a one-stage job or a single task (its numbers below), else
+        # one per task (sidx)
+        stage: Stage | None = stages[0] if single else (stages[tk.stage_of.item(at)] if n == 1 else None)
+        sidx: Any = None
+        if stage is not None:
+            local = at - stage.offset if stage.offset else at
+            in_bytes = _at(stage.in_bytes, local)
+            est_rt = stage.est_runtime + cfg.io.init_s + in_bytes / _at(tk.bw, loc)
         else:
             sidx = tk.stage_of[ids]
             est_rt = np.empty(n)
-            for i, st in enumerate(stages):
+            for i, sti in enumerate(stages):
                 mk = sidx == i
                 if mk.any():
-                    local = ids[mk] - st.offset
-                    est_rt[mk] = st.est_runtime + cfg.io.init_s + st.in_bytes[local] / bw[where[mk]]
-        self.view.record_dispatches(srv, est_rt * cpu / cores, cpu, now)
-        tk.est_sent[ids] = est_rt
-        # (for one task the watchdog's arithmetic below is on numbers: the same floats, without
-        # numpy's per-call cost, most of what a small job's start pays here)
-        w, e = (wait.item(0), est_rt.item(0)) if n == 1 else (wait, est_rt)
+                    est_rt[mk] = sti.est_runtime + cfg.io.init_s + sti.in_bytes[ids[mk] - sti.offset] / tk.bw[where[mk]]
+        self.view.record_dispatches(to, est_rt * c / cores, c, now)
+        tk.est_sent[at] = est_rt
         if cfg.watchdog.probe_slack_s > 0:       # (heard of now, the columns just set)
-            self.watchdog.note(_least(self.watchdog.silence_limit(now, w, e)))
-        if single:
-            st = stages[0]
-            st.wait_sum += _total(wait)
-            st.wait_n += n
+            self.watchdog.note(_least(self.watchdog.silence_limit(now, w, est_rt)))
+        if stage is not None:
+            stage.wait_sum += _total(w)
+            stage.wait_n += n
         else:
             k = len(stages)
             ws, wn = np.bincount(sidx, weights=wait, minlength=k).tolist(), np.bincount(sidx, minlength=k).tolist()
-            for i, st in enumerate(stages):
-                st.wait_sum += ws[i]
-                st.wait_n += wn[i]
+            for i, sti in enumerate(stages):
+                sti.wait_sum += ws[i]
+                sti.wait_n += wn[i]
         if cfg.attempts.copies and self.prof.corrections:
             # looked at as a possible straggler once well past the time its stage normally takes
-            if single:
-                gap = stages[0].straggler_baseline() - stages[0].est_runtime
+            if stage is not None:
+                gap = stage.straggler_baseline() - stage.est_runtime
             else:
-                gap = np.array([st.straggler_baseline() - st.est_runtime for st in stages])[sidx]
-            chk = self.watchdog.next_check(now, w, e + gap)
-            tk.check_t[ids] = chk
+                gap = np.array([sti.straggler_baseline() - sti.est_runtime for sti in stages])[sidx]
+            chk = self.watchdog.next_check(now, w, est_rt + gap)
+            tk.check_t[at] = chk
             self.watchdog.note(_least(chk))
         by_server: dict[int, list] = {}
         job_id = tk.job_id
         sent = tk.sent
         opp = [False] * n_reg + [True] * (n - n_reg)
-        if single:
-            st = stages[0]
-            spec = st.spec
-            c, mem, cmd, env, cwd, tmo = spec.cpu, spec.mem_gb, spec.command, spec.env, spec.cwd, spec.timeout_s
+        if stage is not None:
+            spec = stage.spec
+            si, cpu1, mem, cmd, env, cwd, tmo = stage.index, spec.cpu, spec.mem_gb, spec.command, spec.env, spec.cwd, \
+                spec.timeout_s
             limit = cmd is not None
-            for t, s, loc, rt, o, a, d, b in zip(ids.tolist(), srv.tolist(), where.tolist(), est_rt.tolist(),
-                                                 opp, attempt.tolist(),
-                                                 spec.durations_s[local].astype(float, copy=False).tolist(),
-                                                 in_bytes.astype(float, copy=False).tolist()):
-                sent[t] = task = TaskSpec(job_id, t, a, 0, c, mem, d, b, loc, rt, o, cmd, env, cwd, tmo, limit)
+            for t, s, lc, rt, o, a, d, b in zip(_each(at), _each(to), _each(loc), _each(est_rt), opp, _each(attempt),
+                                                _each(_at(spec.durations_s, local)), _each(in_bytes)):
+                sent[t] = task = TaskSpec(job_id, t, a, si, cpu1, mem, float(d), float(b), lc, rt, o, cmd, env, cwd,
+                                          tmo, limit)
                 q = by_server.get(s)
                 if q is None:
                     by_server[s] = [task]
                 else:
                     q.append(task)
         else:
-            for t, s, loc, rt, o, a, si in zip(ids.tolist(), srv.tolist(), where.tolist(), est_rt.tolist(),
-                                               opp, attempt.tolist(), sidx.tolist()):
-                st = stages[si]
-                spec = st.spec
-                i = t - st.offset
+            for t, s, lc, rt, o, a, si in zip(ids.tolist(), srv.tolist(), where.tolist(), est_rt.tolist(),
+                                              opp, attempt.tolist(), sidx.tolist()):
+                sti = stages[si]
+                spec = sti.spec
+                i = t - sti.offset
                 sent[t] = task = TaskSpec(
                     job_id, t, a, si, spec.cpu, spec.mem_gb, float(spec.durations_s[i]),
-                    float(st.in_bytes[i]), loc, rt, o, spec.command, spec.env, spec.cwd, spec.timeout_s,
+                    float(sti.in_bytes[i]), lc, rt, o, spec.command, spec.env, spec.cwd, spec.timeout_s,
                     spec.command is not None)
                 by_server.setdefault(s, []).append(task)
         for s, tasks in by_server.items():
             out.append(Send(pn_address(s), Dispatch(tk.job_id, tasks, cfg.host)))
         if self.clones > 1 and self.attempts is not None:
-            self.attempts.send_clones(ids.tolist(), now, rng, out)
+            self.attempts.send_clones(_each(at), now, rng, out)
         return n

@@ -8,6 +8,7 @@ they have and carry on with a stale one when the RM is away.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import numpy as np
 
@@ -79,17 +80,21 @@ class ViewCache:
             n = self._slots[cpu] = int(np.floor(self._free / cpu + 1e-9).sum()) if cpu > 0 else 0
         return n
 
-    def record_dispatches(self, servers: np.ndarray, wait_s: np.ndarray, cpu: np.ndarray, now: float) -> None:
-        """Note tasks sent now: ``wait_s`` expected busy seconds per core, ``cpu`` CPUs, per task."""
+    def record_dispatches(self, servers: Any, wait_s: Any, cpu: Any, now: float) -> None:
+        """Note tasks sent now: ``wait_s`` expected busy seconds per core, ``cpu`` CPUs, per task
+        (arrays, or numbers for one task)."""
         self.version += 1
-        if len(servers) <= SMALL_BATCH:
+        if type(servers) is int or len(servers) <= SMALL_BATCH:
             # (item by item, in order: the same sums as numpy's calls below, without their
             # ~10 us of overhead on a small job's start)
             sent_wait, sent_cpu, sent_at, stamps = self.sent_wait, self.sent_cpu, self.sent_at, self.stamps
-            srv = servers.tolist()
+            if type(servers) is int:
+                srv, waits, cpus = [servers], [wait_s], [cpu]
+            else:
+                srv, waits, cpus = servers.tolist(), wait_s.tolist(), cpu.tolist()
             for s in [s for s in srv if sent_at[s] + IN_FLIGHT_S < stamps[s]]:   # a reading that shows our sends
                 sent_wait[s] = sent_cpu[s] = 0.0
-            for s, w, c in zip(srv, wait_s.tolist(), cpu.tolist()):
+            for s, w, c in zip(srv, waits, cpus):
                 sent_wait[s] += w
                 sent_cpu[s] += c
                 sent_at[s] = now
