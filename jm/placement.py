@@ -29,12 +29,10 @@ if TYPE_CHECKING:
     from .attempts import Attempts
 
 
-def _filled(n: int, value: Any, shape: Any = None) -> np.ndarray:
-    """np.full(shape or n, value) (its dtype: the value's), without np.full's Python-level
-    cost, which a batch of one task pays several times."""
-    a = np.empty(n if shape is None else shape, dtype=np.int64 if isinstance(value, (int, np.integer)) else np.float64)
-    a.fill(value)
-    return a
+def _filled(n: int, value: Any) -> np.ndarray:
+    """np.full(n, value), the same dtype (the value's); a few from a list in one call, without
+    np.full's Python-level cost, which a batch of one task pays several times."""
+    return np.array([value] * n) if 0 < n <= 16 else np.full(n, value)
 
 
 def _at(column: np.ndarray, at: Any) -> Any:
@@ -219,7 +217,8 @@ class Placement:
         if len(tk.stages) == 1:               # the common case: no per-stage masks
             st = tk.stages[0]
             local = ids - st.offset if st.offset else ids
-            reps = st.reps[local] if st.reps is not None else _filled(B, -1, (B, 3))
+            reps = st.reps[local] if st.reps is not None else \
+                np.array([[-1, -1, -1]] * B) if 0 < B <= 16 else np.full((B, 3), -1, dtype=np.int64)
             return (reps, st.in_bytes[local], _filled(B, st.est_runtime), _filled(B, st.shape),
                     _filled(B, st.spec.cpu))
         reps = np.full((B, 3), -1, dtype=np.int64)
