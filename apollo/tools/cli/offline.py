@@ -15,6 +15,7 @@ from .options import DEFAULT_CLUSTER, count, fraction, non_negative, number, pos
 BENCHES = {
     "matching": "stable matching: batch size vs time and quality",
     "scale": "simulated decisions per wall second at 1k-100k servers",
+    "longspan": "heavy-tailed long tasks: decisions per wall s, wall s per simulated hour and day",
     "throughput": "live cluster: no-op tasks/s, round trip, efficiency on short tasks",
     "delay": "delay scheduling: locality and response time vs the wait",
     "fairshare": "fair pools: time for a starved pool to reach its fair share",
