@@ -6,7 +6,7 @@ DIR holds the benches' JSON under fixed names: ``capacity-sim.json`` and ``capac
 (``apollo bench capacity --size live --json ...``, without and with ``--live``), the same for
 ``fairshare-*``, ``shortjob-capacity-*`` and ``shortjob-pools-*`` (``apollo bench shortjob
 --scenario NAME``), and ``scale.json``, ``pools.json``, ``throughput.json``, ``compare.json``,
-``dolly.json``, ``corrections.json``, ``delay.json``, ``matching.json``. Each bench present gets a
+``dolly.json``, ``corrections.json``, ``delay.json``, ``matching.json``, ``longspan.json``. Each bench present gets a
 table, dated by when its JSON was written; the sharing benches' simulated and live runs of the
 same scenario share one table, side by side. A bench with no JSON is listed as not measured.
 
@@ -135,6 +135,21 @@ def scale(files: Loaded) -> list[str]:
                "jobs done"], rows)
 
 
+def longspan(files: Loaded) -> list[str]:
+    d = files["longspan"][0]
+    rows = [[f"{r['servers']:,}", f"{r['tasks']:,}", num(r["sim_s"], "{:,.0f}"), num(r["wall_s"]),
+             num(r["decisions_per_wall_s"], "{:,.0f}"), num(r["wall_s_per_sim_hour"]),
+             num(r["wall_s_per_sim_day"], "{:,.0f}"), f"{r['jobs_completed']}/{r['jobs']}"] for r in d["runs"]]
+    scope = (f"first {d['jobs']} jobs" if d.get("jobs") else "all jobs") + \
+        (f", at most {d['max_sim_hours']:g} simulated h" if d.get("max_sim_hours") else "")
+    return [f"`apollo bench longspan`: `{d['workload']}`, load {d.get('load')}, seed {d.get('seed')}, {scope}; "
+            f"{'compiled' if d.get('native') else 'interpreted'} modules, messages "
+            f"{'through msgpack' if d.get('wire') else 'not encoded'}. Per simulated day: this run's ratio, "
+            f"extrapolated. {written(files, 'longspan')}.", ""] + \
+        table(["servers", "tasks", "sim s", "wall s", "decisions / wall s", "wall s / sim h", "wall s / sim day",
+               "jobs done"], rows)
+
+
 def throughput(files: Loaded) -> list[str]:
     from .throughput import FMT, LABEL, TARGETS
     d = files["throughput"][0]
@@ -253,6 +268,7 @@ SECTIONS = (
     Section("Placement against the baselines", ("compare",), compare),
     Section("Matching quality", ("matching",), matching),
     Section("Scale", ("scale",), scale),
+    Section("Long simulated spans", ("longspan",), longspan),
     Section("Live throughput", ("throughput",), throughput),
     Section("Pools", ("pools",), pools),
     Section("Delay scheduling", ("delay",), delay),
