@@ -28,6 +28,10 @@ BENCHES = {
     "scale": {"servers": [100], "queues": None, "native": True, "seconds": 60.0, "runs": [
         {"servers": 100, "tasks": 6000, "jobs_completed": 50, "jobs": 50, "decisions_per_wall_s": 22462.0,
          "wall_s_per_task": 4.4e-5, "locality_node": 0.988, "task_queue_delay_p95_s": 0.11}]},
+    "longspan": {"workload": "heavytail:jobs=3000", "load": 0.95, "seed": 3, "jobs": 300, "max_sim_hours": None,
+                 "wire": True, "native": True, "runs": [
+        {"servers": 1000, "tasks": 2800, "jobs_completed": 300, "jobs": 300, "sim_s": 3600.0, "wall_s": 36.0,
+         "decisions_per_wall_s": 790.0, "wall_s_per_sim_hour": 36.0, "wall_s_per_sim_day": 864.0}]},
     "pools": {"schedulers": ["fifo", "hfs-delay", "apollo"], "small_job_mean_s": [241.5, 4.9, 4.5],
               "job_mean_s": [300.0, 50.0, 48.0], "node_locality": [0.318, 0.995, 0.785],
               "setup": {"trace": "/x/FB-2009_samples_24_times_1hr_0.tsv", "queues": "three-pools.toml",
@@ -83,6 +87,7 @@ def test_every_bench_gets_a_table_and_sharing_is_side_by_side(tmp_path):
     assert "| yh1 | 0.95 | 344.20 / 120.10, 0.0% | 358.80 / 164.20, 0.0% |" in text
     assert "| apollo | 40.0% |" not in text and "Dolly 40.0% faster than copies" in text
     assert "dask: not installed" in text
+    assert "| 1,000 | 2,800 | 3,600 | 36.0 | 790 | 36.0 | 864 | 300/300 |" in text
     assert text.index("## Sharing") < text.index(results.END_MARKER)
 
 
