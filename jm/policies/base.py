@@ -21,8 +21,8 @@ from typing import Any, ClassVar
 
 from ..candidates import candidate_rows
 
-# Capability flags that are methods now; jm.placement and the pipeline still read them by their
-# old names (read-only properties below) until they call the methods.
+# Capability flags that are methods now (jm.placement and the pipeline call the methods); the old
+# names remain as read-only properties below.
 _OLD_FLAGS = ("needs_costs", "single", "one_per_slot", "bounded")
 
 
