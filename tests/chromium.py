@@ -30,7 +30,8 @@ class Browser:
         self.binary = binary or chromium_binary()
         self.size = (width, height)
         self.proc: subprocess.Popen | None = None
-        self.profile = tempfile.TemporaryDirectory(prefix="apollo-chromium-")
+        # (its helper processes may still write there as it exits: a leftover file is no failure)
+        self.profile = tempfile.TemporaryDirectory(prefix="apollo-chromium-", ignore_cleanup_errors=True)
         self.session: aiohttp.ClientSession | None = None
         self.ws = None
         self._ids = itertools.count(1)

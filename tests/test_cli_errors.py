@@ -158,7 +158,7 @@ def test_an_unreachable_rm_is_retried_visibly_then_given_up_with_exit_code_1(clu
     os.kill(rm_pid, signal.SIGKILL)
     wait_until(lambda: _gone(rm_pid), 5, "the killed RM to be gone")
 
-    for args, timeout in ((["submit", str(jobfile)], 3), (["cancel", "0"], 2),
+    for args, timeout in ((["submit", str(jobfile)], 2), (["cancel", "0"], 2),
                           (["replay", "fb2009", "--jobs", "1"], 2)):
         r, took = apollo(*args, "--timeout", str(timeout), "--cluster", str(folder))
         no_traceback(r)

@@ -94,7 +94,7 @@ def test_pns_on_other_hosts_join_survive_a_partition_and_rejoin(tmp_path):
             return api(a, folder, "/api/cluster")["servers_alive"]
         try:
             wait_until(lambda: alive() == 8, 30, "the joined PNs all alive", 0.2)
-            rep = apollo(a, "replay", "--cluster", folder, TRACE, "--jobs", 150, "--speedup", 100,
+            rep = apollo(a, "replay", "--cluster", folder, TRACE, "--jobs", 150, "--speedup", 300,
                          "--json", tmp_path / "replay.json")
             wait_until(lambda: len(api(a, folder, "/api/jobs")["jobs"]) >= 20, 60, "the replay well under way", 0.2)
             net.cut(2, down=True)                 # the second PN host, cut off until its PNs are dead (after 3 s)

@@ -48,7 +48,7 @@ def test_chaos_on_a_cluster_survives_a_pn_killed_mid_sweep(cluster, tmp_path):
     folder = cluster.up(pns=4, racks=2, procs=2, jm_hosts=1, supervise=True)
     info = json.loads((folder / "cluster.json").read_text())
     pn0 = next(p["pid"] for p in info["processes"] if p["role"] == "pn" and p["index"] == 0)
-    seeds, start = 6, 4000
+    seeds, start = 4, 4000
     out = tmp_path / "sweep.json"
     sweep = subprocess.Popen([sys.executable, "-m", "apollo.tools.cli", "chaos", "--seeds", str(seeds), "--start",
                               str(start), "--tasks", str(seeds), "--cluster", str(folder), "--json", str(out)],
