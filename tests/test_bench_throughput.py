@@ -75,7 +75,9 @@ def test_unknown_peer_and_bad_counts_are_refused(capsys):
     # (--native off: the bench builds the compiled modules before it reads the rest of its arguments)
     assert tp.main(["--vs", "spark", "--native", "off"]) == 2
     assert "unknown peer" in capsys.readouterr().err
-    assert tp.main(["--noop-tasks", "-1", "--native", "off"]) == 2
+    with pytest.raises(SystemExit) as e:       # (the parser refuses it: one line, exit 2)
+        tp.main(["--noop-tasks", "-1", "--native", "off"])
+    assert e.value.code == 2 and "--noop-tasks: -1 is not an integer >= 1" in capsys.readouterr().err
 
 
 def test_a_peer_that_is_not_installed_is_skipped(monkeypatch):
