@@ -249,3 +249,27 @@ def test_jobs_admitted_in_a_newcomers_round_are_stored_as_running(tmp_path):
     s.do(SubmitJob(-1, spec("z", tasks=4, queue="a"), "c"), 1.2)         # below its guarantee: a round now
     assert s.rm.jobs[1].admitted and s.rm.jobs[2].admitted
     assert [r.state for r in s.listed().values()] == ["running"] * 3
+
+
+def test_a_fifo_pool_with_a_running_job_limit_runs_that_many_token_or_not(tmp_path):
+    """The issue's scenario on 8 cores: 10 two-task jobs in a FIFO pool that runs 8 at a time.
+    8 run (the head jobs hold the tokens, the others none yet, as runnable jobs of a Hadoop FIFO
+    pool) and 2 wait; without the limit a FIFO pool admits only the jobs the tokens reach."""
+    for limit, running in ((8, 8), (None, 4)):
+        large = {"order": "fifo", **({"max_running_jobs": limit} if limit else {})}
+        tree = QueueTree.parse({"sharing": "fair", "queues": {"small": {"guarantee": "20%"}, "large": large}},
+                               "q.toml")
+        s = StoredRm.__new__(StoredRm)
+        s.store = SqliteJobStore(str(tmp_path / f"jobs-{limit}.db"))
+        s.rm = RmState(RmConfig(4, 12, server_cores=2.0, queues=tree, jm_hosts=("jmhost:0",)))
+        s.do(Start(s.store.recovered()), 0.0)
+        for srv in range(4):
+            s.do(hb(srv, 0.1), 0.1)
+        for i in range(10):
+            s.do(SubmitJob(-1, spec(), "client"), 1.0 + i * 0.01)
+        s.do(Timer("tick"), 1.5)
+        s.rm.validate()
+        rows = s.listed()
+        assert [r.state for r in rows.values()] == ["running"] * running + ["waiting"] * (10 - running), limit
+        tokens = [s.rm.jobs[j].tokens for j in sorted(s.rm.jobs)][:running]
+        assert sum(tokens) <= 8 and tokens[:4] == [2, 2, 2, 2], tokens
