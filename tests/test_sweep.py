@@ -77,6 +77,17 @@ def test_chaos_on_a_cluster_survives_a_pn_killed_mid_sweep(cluster, tmp_path):
         want.update(plan(s).faults)
     assert r["faults"] == dict(sorted(want.items()))
     assert r["tasks"] == seeds
+    # the comparison bench's cells as tasks of the same cluster (its pn0 restarted meanwhile):
+    # the JSON of a local run
+    args = ["bench", "compare", "--workloads", "heavytail", "--loads", "0.7", "--schedulers", "apollo,greedy",
+            "--jobs", "30"]
+    for where, extra in (("local", []), ("cluster", ["--cluster", str(folder)])):
+        done = subprocess.run([sys.executable, "-m", "apollo.tools.cli", *args, *extra, "--json",
+                               str(tmp_path / f"{where}.json")], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+    local, on_cluster = (json.loads((tmp_path / f"{w}.json").read_text()) for w in ("local", "cluster"))
+    assert on_cluster["setup"].pop("cluster") == str(folder)
+    assert on_cluster == local and local["deterministic"]
 
 
 @pytest.mark.live

@@ -1,4 +1,5 @@
-"""Sweeps on a live cluster: `apollo chaos --seeds N --cluster DIR`.
+"""Sweeps on a live cluster: `apollo chaos --seeds N --cluster DIR` (and `apollo bench compare
+--cluster DIR`, bench/compare.py, through ``run_array``).
 
 The seeds become one job of command tasks, a job array: task i of K runs `apollo chaos
 --as-task`, which checks every K-th seed from ``start + i`` (apollo.tools.chaos.task_share,
@@ -49,8 +50,14 @@ def sweep_job(seeds: int, start: int, tasks: int) -> JobSpec:
     return JobSpec(f"chaos-{start}-{start + seeds - 1}", [stage], max_retries=RETRIES)
 
 
-def parse_results(data: bytes, owned: list[int]) -> dict[int, dict]:
-    """The outcomes in a task's output, for the seeds it owns only (anything else is ignored)."""
+CHAOS_KEYS = ("seed", {"why", "faults", "replay"})      # a chaos task's line: its key, what it must carry
+
+
+def parse_results(data: bytes, owned: list[int], keys: tuple = CHAOS_KEYS) -> dict[int, dict]:
+    """The results in a task's output (one JSON object a line), for the keys it owns only
+    (anything else is ignored; a key given twice counts once). ``keys``: the field that names a
+    result, and the fields a result must have."""
+    field, required = keys
     mine = set(owned)
     got: dict[int, dict] = {}
     for line in data.decode("utf-8", "replace").splitlines():
@@ -58,34 +65,26 @@ def parse_results(data: bytes, owned: list[int]) -> dict[int, dict]:
             r = json.loads(line)
         except ValueError:
             continue
-        if isinstance(r, dict) and r.get("seed") in mine and {"why", "faults", "replay"} <= r.keys():
-            got.setdefault(r["seed"], r)
+        if isinstance(r, dict) and r.get(field) in mine and required <= r.keys():
+            got.setdefault(r[field], r)
     return got
 
 
 def chaos_on_cluster(folder: Path, seeds: int, start: int = 0, tasks: int | None = None, progress=None,
                      submit_timeout_s: float = 60.0) -> dict:
-    from apollo.runtime.live import run
-    return run(_sweep(folder, seeds, start, tasks, progress, submit_timeout_s))
-
-
-async def _sweep(folder: Path, seeds: int, start: int, tasks: int | None, progress, submit_timeout_s: float) -> dict:
-    from apollo.tools.client import Client
-    from apollo.tools.livecluster import ClusterError, read_info
+    """``apollo chaos --seeds N --start S --cluster DIR``: the same JSON as a local run, plus
+    the job and its task count."""
+    from apollo.tools.livecluster import read_info
     t0 = time.perf_counter()
     cfg = read_info(folder)["config"]
     k = task_count(seeds, cfg["pns"] * cfg["cpus"], tasks)
-    spec = sweep_job(seeds, start, k)
-    async with Client(folder) as c:
-        job_id = await c.submit(spec, timeout_s=submit_timeout_s)
-        print(f"sweep: job {job_id}, {seeds} seeds over {k} tasks on the cluster in {folder}", flush=True)
-        done = await c.wait(job_id)
-        if not done.ok:
-            raise ClusterError(f"the sweep's job {job_id} failed: {done.reason} (apollo job {job_id} --cluster {folder})")
-        found = await _collect(c, folder, job_id, spec, seeds, start, k)
+    owned = {t: task_share(seeds, start, t, k) for t in range(k)}
+    job_id, found = run_array(folder, sweep_job(seeds, start, k), owned, CHAOS_KEYS, submit_timeout_s,
+                              note=lambda j: print(f"sweep: job {j}, {seeds} seeds over {k} tasks on the cluster "
+                                                   f"in {folder}", flush=True))
     results = []
     for t in range(k):
-        for s in task_share(seeds, start, t, k):
+        for s in owned[t]:
             r = found.get(s) or {"seed": s, "faults": {}, "replay": f"apollo chaos --seeds 1 --start {s}",
                                  "why": f"no result: task seeds:{t} of job {job_id} did not report it "
                                         f"(apollo logs {job_id} --task seeds:{t} --cluster {folder})"}
@@ -97,10 +96,38 @@ async def _sweep(folder: Path, seeds: int, start: int, tasks: int | None, progre
     return out
 
 
-async def _collect(c, folder: Path, job_id: int, spec: JobSpec, seeds: int, start: int, k: int) -> dict[int, dict]:
-    """Every seed's outcome, each from the one attempt of its task whose result counted (the
-    first done; others done too are duplicates and skipped). Waits up to COLLECT_S for the
-    records to say which, and for every owner's output to be complete."""
+def run_array(folder: Path, spec: JobSpec, owned: dict[int, list[int]], keys: tuple,
+              submit_timeout_s: float = 60.0, note=None) -> tuple[int, dict[int, dict]]:
+    """Run ``spec`` (one stage of command tasks, each printing its results as JSON lines) on
+    the cluster in ``folder``, wait for it and gather what each task owns (``collect``):
+    (the job's id, results by key). Raises ClusterError if the job fails. ``note(job_id)``
+    once it is accepted."""
+    from apollo.runtime.live import run
+    return run(_run_array(folder, spec, owned, keys, submit_timeout_s, note))
+
+
+async def _run_array(folder: Path, spec: JobSpec, owned: dict[int, list[int]], keys: tuple,
+                     submit_timeout_s: float, note) -> tuple[int, dict[int, dict]]:
+    from apollo.tools.client import Client
+    from apollo.tools.livecluster import ClusterError
+    async with Client(folder) as c:
+        job_id = await c.submit(spec, timeout_s=submit_timeout_s)
+        if note:
+            note(job_id)
+        done = await c.wait(job_id)
+        if not done.ok:
+            raise ClusterError(f"job {job_id} ({spec.name}) failed: {done.reason} "
+                               f"(apollo job {job_id} --cluster {folder})")
+        return job_id, await collect(c, folder, job_id, spec, owned, keys)
+
+
+async def collect(c, folder: Path, job_id: int, spec: JobSpec, owned: dict[int, list[int]],
+                  keys: tuple = CHAOS_KEYS) -> dict[int, dict]:
+    """The results of a finished job array (one stage): task t must report the keys
+    ``owned[t]``; each result is taken from the one attempt of its task whose result counted
+    (the first done; others done too are duplicates and skipped). Waits up to COLLECT_S for the
+    records to say which, and for every task's output to be complete."""
+    k = len(owned)
     from apollo.tools.client import EventTail
     from apollo.tools.livecluster import read_info
     from apollo.tools.logs import LogReader, job_attempts, pn_processes
@@ -119,13 +146,13 @@ async def _collect(c, folder: Path, job_id: int, spec: JobSpec, seeds: int, star
         for t in range(k):
             if t in complete:
                 continue
-            owned = task_share(seeds, start, t, k)
+            mine = owned[t]
             done = sorted((a for a in attempts.get(t, []) if a.outcome == "done" and a.process),
                           key=lambda a: (a.t_end, a.attempt))
             for a in done[:1]:           # the attempt whose result counted: only that one
                 data = b"".join([chunk async for chunk, _ in reader.chunks(a, False)])
-                got = parse_results(data, owned)
-                if len(got) == len(owned):
+                got = parse_results(data, mine, keys)
+                if len(got) == len(mine):
                     found.update(got)
                     complete.add(t)
         if len(complete) == k or time.monotonic() > deadline:
