@@ -93,7 +93,7 @@ def _write_exit(base: Path, rc: int) -> None:
 
 def _failure_detail(rc: int, err_path: Path) -> str:
     """A failed command's detail: its exit code, then what it said last on stderr (or the signal)."""
-    tail = _tail(err_path)
+    tail = _tail(err_path).strip()      # (its last newline would break the one-line reason)
     if tail:
         return f"exit code {rc}: {tail}"
     if rc < 0:
