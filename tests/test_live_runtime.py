@@ -386,7 +386,7 @@ async def test_command_tasks_exit_codes_output_env_cwd_and_timeouts(tmp_path):
         by = {ev.task_key[1]: ev for ev, _ in pn.exits}
         assert by[0].ok and by[0].exit_code == 0 and by[0].detail == ""
         assert (tmp_path / "work" / "7-0-1.out").read_text() == f"out-bar\n{tmp_path / 'elsewhere'}\n"
-        assert not by[1].ok and by[1].exit_code == 3 and by[1].detail == "exit code 3: oops\n"
+        assert not by[1].ok and by[1].exit_code == 3 and by[1].detail == "exit code 3: oops"
         assert (tmp_path / "work" / "7-1-1.err").read_text() == "oops\n"
         assert not by[2].ok and by[2].detail.startswith("timeout after 0.2s (exit code -") and by[2].exit_code < 0
         assert not by[3].ok and by[3].exit_code == 127 and "cannot start" in by[3].detail
@@ -401,7 +401,7 @@ async def test_stderr_detail_is_the_last_2000_bytes(tmp_path):
         do(Launch(spec(0, ["sh", "-c", "head -c 5000 /dev/zero | tr '\\0' a >&2; echo END >&2; exit 1"]), 0))
         await await_until(lambda: pn.exits)
         d = pn.exits[0][0].detail
-        assert d == "exit code 1: " + "a" * 1996 + "END\n"     # the exit code, then the last 2000 bytes
+        assert d == "exit code 1: " + "a" * 1996 + "END"     # the exit code, then the last 2000 bytes
     finally:
         await rt.stop()
 

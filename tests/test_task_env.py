@@ -99,7 +99,7 @@ async def test_a_failed_command_says_its_exit_code_first(tmp_path):
         await await_until(lambda: len(pn.exits) == 2)
         by = {e.task_key[1]: e for e in pn.exits}
         assert (by[0].exit_code, by[0].detail) == (4, "exit code 4")
-        assert (by[1].exit_code, by[1].detail) == (5, "exit code 5: no\n")
+        assert (by[1].exit_code, by[1].detail) == (5, "exit code 5: no")
         assert output_base(tmp_path, 7, 1, 1).with_suffix(".exit").read_text() == "5\n"
     finally:
         await rt.stop()
