@@ -10,7 +10,6 @@ plus a tiny random term so that JMs do not all break ties the same way.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,9 +43,20 @@ def rack_or_none(rack_of: np.ndarray) -> np.ndarray:
 _RACK_OR_NONE: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
-@functools.lru_cache(maxsize=None)
-def _bandwidths(io: IoModel) -> np.ndarray:
-    return io.bandwidths()
+def bandwidths(io: IoModel) -> np.ndarray:
+    """``io.bandwidths()`` (node, rack, remote), made once per model and shared: read-only.
+    (Looked up by the model's identity: hashing a frozen dataclass hashes all its fields.)"""
+    got = _BANDWIDTHS.get(id(io))
+    if got is None or got[0] is not io:
+        if len(_BANDWIDTHS) > 64:      # (tests make many models; a process uses one or two)
+            _BANDWIDTHS.clear()
+        bw = io.bandwidths()
+        bw.flags.writeable = False
+        got = _BANDWIDTHS[id(io)] = (io, bw)
+    return got[1]
+
+
+_BANDWIDTHS: dict[int, tuple[IoModel, np.ndarray]] = {}
 
 
 def localities(cand: np.ndarray, reps: np.ndarray, rack_of: np.ndarray) -> np.ndarray:
@@ -71,7 +81,8 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
 
     (Written for few calls into numpy: a batch of one task, the common case at a job's start,
     pays numpy's per-call cost and not its per-element one.)"""
-    I = io.init_s + in_bytes[:, None] / _bandwidths(io)[loc]
+    # (no task reads input: start-up alone, the same floats as init_s + 0 / bandwidth per pair)
+    I = io.init_s + in_bytes[:, None] / bandwidths(io)[loc] if np.count_nonzero(in_bytes) else io.init_s
     wait = view.matrices[cand, shape_idx[:, None]]      # (float32: the arithmetic below is float64)
     stamps = view.stamps[cand]
     elapsed = now - stamps
@@ -87,13 +98,16 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
     # Work this host sent after the server's last reading (none: the common case, nothing added)
     mine = stamps <= view.sent_at[cand] + IN_FLIGHT_S
     if np.count_nonzero(mine):
-        W += view.pending_wait(cand, cpu, elapsed, mine)
+        view.add_pending_wait(W, cand, cpu, elapsed, mine)
     E = I + W + runtime[:, None]
     p_fail = cfg.failure_prior if fail_rate is None else np.maximum(fail_rate[cand], cfg.failure_prior)
     C = (1.0 - p_fail) * E + cfg.kfail * p_fail * E
     if cfg.tie_noise_s > 0:
-        C = C + rng.random(C.shape) * cfg.tie_noise_s
-    choice = view.alive[cand] > (wait >= 1e8)        # alive, and the shape fits there some day
+        C += rng.random(C.shape) * cfg.tie_noise_s
+    # No choice (inf): dead, or a shape it never fits, or not a valid candidate. (C is this
+    # call's own array: written in place)
+    bad = view.alive[cand] <= (wait >= 1e8)
     if valid is not None:
-        choice &= valid
-    return np.where(choice, C, np.inf), E, W
+        bad |= ~valid
+    np.putmask(C, bad, np.inf)
+    return C, E, W

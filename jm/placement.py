@@ -35,6 +35,22 @@ def _filled(n: int, value: Any) -> np.ndarray:
     return np.array([value] * n) if 0 < n <= 16 else np.full(n, value)
 
 
+def _no_replicas(n: int) -> np.ndarray:
+    """int64[n, 3] of -1: the replica servers of tasks that read no input (shared, read-only,
+    for small batches)."""
+    got = _NO_REPLICAS.get(n)
+    if got is None:
+        got = np.full((n, 3), -1, dtype=np.int64)
+        if n > 16:
+            return got
+        got.flags.writeable = False
+        _NO_REPLICAS[n] = got
+    return got
+
+
+_NO_REPLICAS: dict[int, np.ndarray] = {}
+
+
 def _at(column: np.ndarray, at: Any) -> Any:
     """``column``'s entries at ``at``: a Python number for one index (an int), an array for an
     array of them."""
@@ -113,6 +129,10 @@ class Placement:
         cap = min(pc.max_batch, max(1, self.view.alive_count) * depth) if prof.matcher.places_one_per_slot() \
             else pc.max_batch
         for _ in range(cfg.placement.max_batches_per_pass):
+            if placed_total and not tk.has_ready():
+                # all placed (the common end of a pass): no room to work out (its idle check,
+                # made at ``now`` by the first batch, would be that one's cached answer)
+                break
             reg_room = tk.tokens * depth - tk.used_tokens
             # (opportunistic tasks only go to idle servers: with none, no batch is matched for them)
             opp_room = (cfg.dispatch.opportunistic_factor * max(tk.tokens, 1) - tk.outstanding_opp) \
@@ -217,8 +237,7 @@ class Placement:
         if len(tk.stages) == 1:               # the common case: no per-stage masks
             st = tk.stages[0]
             local = ids - st.offset if st.offset else ids
-            reps = st.reps[local] if st.reps is not None else \
-                np.array([[-1, -1, -1]] * B) if 0 < B <= 16 else np.full((B, 3), -1, dtype=np.int64)
+            reps = st.reps[local] if st.reps is not None else _no_replicas(B)
             return (reps, st.in_bytes[local], _filled(B, st.est_runtime), _filled(B, st.shape),
                     _filled(B, st.spec.cpu))
         reps = np.full((B, 3), -1, dtype=np.int64)

@@ -21,6 +21,7 @@ from apollo.core.messages import TaskSpec
 from apollo.core.spec import JobSpec, stage_identity
 
 from .config import JmConfig
+from .estimate import bandwidths
 
 S = TaskState
 # Plain ints for the hot paths (enum attribute access is slow); same values as TaskState.
@@ -50,10 +51,48 @@ def _median(xs: list[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
+_BLANK: dict[int, tuple] = {}
+_ZEROS: dict[int, np.ndarray] = {}
+
+
+def _no_input(n: int) -> np.ndarray:
+    """A stage's input bytes when it reads none: zeros, shared and read-only for small stages."""
+    got = _ZEROS.get(n)
+    if got is None:
+        got = np.zeros(n)
+        if n > 64:
+            return got
+        got.flags.writeable = False
+        _ZEROS[n] = got
+    return got
+
+
+def _blank_columns(n: int) -> tuple:
+    """Fresh per-task column blocks of a job of ``n`` tasks, at their starting values: float64
+    (ready_t ... start_t = -1, passed_at and check_t = inf), int32 (attempt, failures), int8
+    (state PENDING, locality REMOTE), bool (opp, queued_seen, waiting), int64 (server -1).
+    Copies of blank blocks kept per size (small jobs: the common case)."""
+    blank = _BLANK.get(n)
+    if blank is None:
+        f64 = np.zeros((8, n))
+        f64[5] = -1.0
+        f64[6:] = np.inf
+        i8 = np.zeros((2, n), dtype=np.int8)
+        i8[0] = PENDING
+        i8[1] = REMOTE
+        blank = (f64, np.zeros((2, n), dtype=np.int32), i8, np.zeros((3, n), dtype=bool),
+                 np.full(n, -1, dtype=np.int64))
+        if n <= 64:
+            _BLANK[n] = blank
+        else:
+            return blank
+    return tuple([a.copy() for a in blank])
+
+
 class Stage:
     __slots__ = ("index", "spec", "offset", "n", "parents", "children", "remaining", "est_runtime",
                  "obs_n", "obs_sum", "reps", "in_bytes", "shape", "priority", "ready", "released", "declared",
-                 "mean_in", "recent", "wait_sum", "wait_n", "baseline")
+                 "mean_in", "recent", "wait_sum", "wait_n", "baseline", "depth")
 
     def __init__(self, index: int, spec: Any, offset: int) -> None:
         self.index = index
@@ -70,7 +109,7 @@ class Stage:
         self.reps: np.ndarray | None = None
         self.in_bytes: np.ndarray
         if spec.input_bytes is None:
-            self.in_bytes = np.zeros(spec.tasks)
+            self.in_bytes = _no_input(spec.tasks)
             self.mean_in = 0.0
         else:
             self.in_bytes = spec.input_bytes
@@ -83,6 +122,7 @@ class Stage:
         self.baseline: float | None = None     # the straggler baseline, made from ``recent`` when asked
         self.wait_sum = 0.0          # expected queue waits of its dispatched first attempts
         self.wait_n = 0
+        self.depth = 0               # TaskTable.depth's answer, 0: not known (remade after observe)
 
     def observe(self, compute_s: float) -> None:
         """Refine the runtime estimate from a finished task (the declared estimate counts once)."""
@@ -94,6 +134,7 @@ class Stage:
         if len(rec) > RECENT_KEPT:
             del rec[0]
         self.baseline = None
+        self.depth = 0
 
     def straggler_baseline(self) -> float:
         """What a task of this stage normally takes (compute), judged by its peers as Apollo, LATE
@@ -146,37 +187,31 @@ class TaskTable:
         n = offset
         self.n = n
         self.cpu_of = np.array([st.spec.cpu for st in self.stages])
-        self.bw: np.ndarray = config.io.bandwidths()
+        self.bw: np.ndarray = bandwidths(config.io)      # (shared, read-only)
         if len(self.stages) == 1:      # (the common case, without numpy's concatenate and repeat)
             self.in_bytes = self.stages[0].in_bytes
             self.stage_of = np.zeros(n, dtype=np.int32)
         else:
             self.in_bytes = np.concatenate([st.in_bytes for st in self.stages]) if self.stages else np.zeros(0)
             self.stage_of = np.arange(len(self.stages), dtype=np.int32).repeat([s.n for s in self.stages])
-        # Per-task columns, carved out of three blocks (a JM of a small job is made in a few
-        # allocations, not fifteen: job start-up is on every job's critical path).
-        f64 = np.zeros((8, n))
-        (self.ready_t, self.dispatch_t, self.exp_wait, self.last_heard, self.est_sent, self.start_t,
-         self.passed_at, self.check_t) = f64
-        f64[5] = -1.0
-        f64[6:] = np.inf
+        # Per-task columns, carved out of a few blocks copied from blank ones made once per job
+        # size (job start-up is on every job's critical path: a copy is one numpy call where
+        # making and filling a block is several).
         # check_t: when a running first attempt is looked at as a straggler; passed_at: when
         # lookahead first passed the task over
         # exp_wait: queue wait expected when the task was sent; last_heard: the attempt's last
         # report (or its dispatch); est_sent: runtime (with I/O) expected when it was sent
-        i32 = np.zeros((2, n), dtype=np.int32)
+        f64, i32, i8, flags, server = _blank_columns(n)
+        (self.ready_t, self.dispatch_t, self.exp_wait, self.last_heard, self.est_sent, self.start_t,
+         self.passed_at, self.check_t) = f64
         self.attempt, self.failures = i32
         # Attempt numbers start above every earlier home's (whose attempts may still be at PNs).
         if generation:
             self.attempt[:] = generation << 16
-        i8 = np.zeros((5, n), dtype=np.int8)
-        self.state, self.locality = i8[0], i8[1]
-        self.opp, self.queued_seen = i8[2].view(bool), i8[3].view(bool)   # queued_seen: reported queued
-        self.waiting = i8[4].view(bool)         # its PN said it is queued, and no start since
-        if PENDING:
-            self.state[:] = PENDING
-        self.locality[:] = REMOTE
-        self.server = np.full(n, -1, dtype=np.int64)
+        self.state, self.locality = i8
+        self.opp, self.queued_seen, self.waiting = flags   # queued_seen: reported queued; waiting:
+        # its PN said it is queued, and no start since
+        self.server = server
         self.sent: list[TaskSpec | None] = [None] * n   # each task's last attempt as sent
         self.used_tokens = 0.0
         self.outstanding_opp = 0.0
@@ -215,15 +250,21 @@ class TaskTable:
     def release_stage(self, st: Stage, now: float) -> None:
         """Its inputs are complete: its tasks are ready, larger input first."""
         st.released = True
-        ids = st.offset + (-st.in_bytes).argsort(kind="stable")
         ready = int(step(PENDING, "inputs_ready"))
+        a, b = st.offset, st.offset + st.n
+        if st.spec.input_bytes is None and st.remaining == st.n:    # no input: in index order
+            self.state[a:b] = ready
+            self.ready_t[a:b] = now
+            st.ready.extend(range(a, b))
+            return
+        ids = st.offset + (-st.in_bytes).argsort(kind="stable")
         if st.remaining < st.n:        # an adopted job: tasks done under an earlier home stay done
             ids = ids[self.state[ids] != DONE]
             self.state[ids] = ready
             self.ready_t[ids] = now
         else:
-            self.state[st.offset:st.offset + st.n] = ready
-            self.ready_t[st.offset:st.offset + st.n] = now
+            self.state[a:b] = ready
+            self.ready_t[a:b] = now
         st.ready.extend(ids.tolist())
 
     def mark_done(self, bitmap: bytes) -> None:
@@ -268,14 +309,20 @@ class TaskTable:
     # ---- what the job holds ----------------------------------------------------------
     def depth(self, st: Stage) -> int:
         """Tasks of ``st`` one token may have in flight: 1, or more for pipelined short tasks
-        (DispatchConfig.pipeline_s), by the stage's expected time per task with a node-local read."""
+        (DispatchConfig.pipeline_s), by the stage's expected time per task with a node-local read.
+        (Kept on the stage until its estimate changes: a pass asks several times.)"""
+        d = st.depth
+        if d:
+            return d
         cfg = self.cfg
         if not self.pipelining or cfg.dispatch.pipeline_s <= 0:
-            return 1
-        per_task = st.est_runtime + cfg.io.init_s + st.mean_in / self.bw.item(0)
-        if per_task >= cfg.dispatch.pipeline_s:
-            return 1
-        return int(min(cfg.dispatch.max_pipeline, 1 + cfg.dispatch.pipeline_s // max(per_task, 1e-6)))
+            d = 1
+        else:
+            per_task = st.est_runtime + cfg.io.init_s + st.mean_in / self.bw.item(0)
+            d = 1 if per_task >= cfg.dispatch.pipeline_s else \
+                int(min(cfg.dispatch.max_pipeline, 1 + cfg.dispatch.pipeline_s // max(per_task, 1e-6)))
+        st.depth = d
+        return d
 
     def max_depth(self) -> int:
         """Attempts one token may have out (pipelined short tasks: several, queued behind it)."""

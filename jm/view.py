@@ -152,16 +152,18 @@ class ViewCache:
         self._idle_checked_at = now
         return self._idle
 
-    def pending_wait(self, cand: np.ndarray, cpu: np.ndarray, elapsed: np.ndarray, mine: np.ndarray) -> np.ndarray:
-        """Wait added by this host's own sends that the readings do not show yet (``mine``: the
-        candidates whose reading predates this host's last send there; ``elapsed``: the time
-        since each reading): none while the server still has ``cpu`` free after them, else their
-        expected work per core."""
+    def add_pending_wait(self, W: np.ndarray, cand: np.ndarray, cpu: np.ndarray, elapsed: np.ndarray,
+                         mine: np.ndarray) -> None:
+        """Add to the waits ``W`` (in place) what this host's own sends add that the readings do not
+        show yet (``mine``: the candidates whose reading predates this host's last send there;
+        ``elapsed``: the time since each reading): nothing while the server still has ``cpu``
+        free after them, else their expected work per core."""
         # (free_cpu's arithmetic, read only where ``mine``: its CPU shapes at the smallest memory
-        # gathered in one step, the few numpy calls a batch of one task pays for)
+        # gathered in one step, the few numpy calls a batch of one task pays for; the sum is
+        # taken only where it adds anything, which leaves the rest as adding 0.0 would)
         fits = np.add.reduce(self.matrices[cand[..., None], self._cpu_shapes] <= elapsed[..., None], axis=-1)
         free = self.free_of_fits[fits] - self.sent_cpu[cand]
-        return np.where(mine & (free < cpu[:, None] - 1e-9), self.sent_wait[cand], 0.0)
+        np.add(W, self.sent_wait[cand], out=W, where=mine & (free < cpu[:, None] - 1e-9))
 
     def apply_view(self, v: ClusterView, now: float = 0.0) -> None:
         """Fold in the RM's view (its times on the RM's clock, turned into ours; ``now``: when it
