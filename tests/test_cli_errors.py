@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -158,9 +159,11 @@ def test_an_unreachable_rm_is_retried_visibly_then_given_up_with_exit_code_1(clu
     os.kill(rm_pid, signal.SIGKILL)
     wait_until(lambda: _gone(rm_pid), 5, "the killed RM to be gone")
 
-    for args, timeout in ((["submit", str(jobfile)], 2), (["cancel", "0"], 2),
-                          (["replay", "fb2009", "--jobs", "1"], 2)):
-        r, took = apollo(*args, "--timeout", str(timeout), "--cluster", str(folder))
+    cases = ((["submit", str(jobfile)], 2), (["cancel", "0"], 2), (["replay", "fb2009", "--jobs", "1"], 2))
+    # (at once: each waits out its timeout)
+    with ThreadPoolExecutor(len(cases)) as pool:
+        runs = list(pool.map(lambda c: apollo(*c[0], "--timeout", str(c[1]), "--cluster", str(folder)), cases))
+    for (args, timeout), (r, took) in zip(cases, runs):
         no_traceback(r)
         cmd = args[0]
         assert r.returncode == 1, (args, r.stdout + r.stderr)
