@@ -59,11 +59,28 @@ def bandwidths(io: IoModel) -> np.ndarray:
 _BANDWIDTHS: dict[int, tuple[IoModel, np.ndarray]] = {}
 
 
+def _all_remote(shape: tuple) -> np.ndarray:
+    """uint8 REMOTE of ``shape``: shared and read-only for small batches (made once per shape)."""
+    got = _ALL_REMOTE.get(shape)
+    if got is None:
+        got = np.full(shape, REMOTE, dtype=np.uint8)
+        if got.size > 256:
+            return got
+        if len(_ALL_REMOTE) > 64:
+            _ALL_REMOTE.clear()
+        got.flags.writeable = False
+        _ALL_REMOTE[shape] = got
+    return got
+
+
+_ALL_REMOTE: dict[tuple, np.ndarray] = {}
+
+
 def localities(cand: np.ndarray, reps: np.ndarray, rack_of: np.ndarray) -> np.ndarray:
     """uint8[B, K]: NODE/RACK/REMOTE of each candidate for each task (a task's replicas are all
     servers, or all -1: it reads no input)."""
     if not np.count_nonzero(reps + 1):
-        return np.full(cand.shape, REMOTE, dtype=np.uint8)     # no task reads input
+        return _all_remote(cand.shape)     # no task reads input
     # (every replica column against every candidate at once: a small batch pays numpy per call,
     # not per element)
     node = np.logical_or.reduce(cand[:, :, None] == reps[:, None, :], axis=2)

@@ -69,7 +69,7 @@ def _no_input(n: int) -> np.ndarray:
 
 def _blank_columns(n: int) -> tuple:
     """Fresh per-task column blocks of a job of ``n`` tasks, at their starting values: float64
-    (ready_t ... start_t = -1, passed_at and check_t = inf), int32 (attempt, failures), int8
+    (ready_t ... start_t = -1, passed_at and check_t = inf), int32 (attempt, failures, stage_of 0), int8
     (state PENDING, locality REMOTE), bool (opp, queued_seen, waiting), int64 (server -1).
     Copies of blank blocks kept per size (small jobs: the common case)."""
     blank = _BLANK.get(n)
@@ -80,7 +80,7 @@ def _blank_columns(n: int) -> tuple:
         i8 = np.zeros((2, n), dtype=np.int8)
         i8[0] = PENDING
         i8[1] = REMOTE
-        blank = (f64, np.zeros((2, n), dtype=np.int32), i8, np.zeros((3, n), dtype=bool),
+        blank = (f64, np.zeros((3, n), dtype=np.int32), i8, np.zeros((3, n), dtype=bool),
                  np.full(n, -1, dtype=np.int64))
         if n <= 64:
             _BLANK[n] = blank
@@ -188,12 +188,6 @@ class TaskTable:
         self.n = n
         self.cpu_of = np.array([st.spec.cpu for st in self.stages])
         self.bw: np.ndarray = bandwidths(config.io)      # (shared, read-only)
-        if len(self.stages) == 1:      # (the common case, without numpy's concatenate and repeat)
-            self.in_bytes = self.stages[0].in_bytes
-            self.stage_of = np.zeros(n, dtype=np.int32)
-        else:
-            self.in_bytes = np.concatenate([st.in_bytes for st in self.stages]) if self.stages else np.zeros(0)
-            self.stage_of = np.arange(len(self.stages), dtype=np.int32).repeat([s.n for s in self.stages])
         # Per-task columns, carved out of a few blocks copied from blank ones made once per job
         # size (job start-up is on every job's critical path: a copy is one numpy call where
         # making and filling a block is several).
@@ -204,7 +198,12 @@ class TaskTable:
         f64, i32, i8, flags, server = _blank_columns(n)
         (self.ready_t, self.dispatch_t, self.exp_wait, self.last_heard, self.est_sent, self.start_t,
          self.passed_at, self.check_t) = f64
-        self.attempt, self.failures = i32
+        self.attempt, self.failures, self.stage_of = i32
+        if len(self.stages) == 1:      # (the common case, without numpy's concatenate and repeat)
+            self.in_bytes = self.stages[0].in_bytes
+        else:
+            self.in_bytes = np.concatenate([st.in_bytes for st in self.stages]) if self.stages else np.zeros(0)
+            self.stage_of[:] = np.arange(len(self.stages), dtype=np.int32).repeat([s.n for s in self.stages])
         # Attempt numbers start above every earlier home's (whose attempts may still be at PNs).
         if generation:
             self.attempt[:] = generation << 16

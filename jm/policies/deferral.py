@@ -16,6 +16,8 @@ can change (so the job does not poll for it).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .base import Filter
 from .batch import Batch, Cut
 
@@ -45,6 +47,8 @@ class Deferral(Filter):
         ec, io = cfg.estimate, cfg.io
         doubt = ec.stale_penalty * min(max(b.now - b.view.time, 0.0), ec.max_stale_s)  # the idle server's
         # reading is as old as the view
-        limit = io.init_s + b.in_bytes / io.remote_bytes_per_s + b.runtime + cfg.placement.defer_s + doubt
+        # (no task reads input: start-up alone, the same floats as init_s + 0 / bandwidth)
+        start = io.init_s + b.in_bytes / io.remote_bytes_per_s if np.count_nonzero(b.in_bytes) else io.init_s
+        limit = start + b.runtime + cfg.placement.defer_s + doubt
         view, now = b.view, b.now
         return Cut("E", limit, lambda: view.has_idle(now))
