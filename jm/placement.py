@@ -30,9 +30,22 @@ if TYPE_CHECKING:
 
 
 def _filled(n: int, value: Any) -> np.ndarray:
-    """np.full(n, value), the same dtype (the value's); a few from a list in one call, without
-    np.full's Python-level cost, which a batch of one task pays several times."""
-    return np.array([value] * n) if 0 < n <= 16 else np.full(n, value)
+    """np.full(n, value), the same dtype (the value's), read-only: for a few tasks one shared
+    array per (size, value), made once (a batch of one task asks several times per pass, and
+    jobs of one shape ask the same), without numpy's per-call cost."""
+    if not 0 < n <= 16:
+        return np.full(n, value)
+    key = (n, type(value), value)
+    got = _FILLED.get(key)
+    if got is None:
+        if len(_FILLED) > 512:      # (runtime estimates vary: a bounded memo)
+            _FILLED.clear()
+        got = _FILLED[key] = np.array([value] * n)
+        got.flags.writeable = False
+    return got
+
+
+_FILLED: dict[tuple, np.ndarray] = {}
 
 
 def _no_replicas(n: int) -> np.ndarray:

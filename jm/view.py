@@ -31,11 +31,12 @@ class ViewCache:
         self.cpu_grid = grid.cpu
         self.mem_grid = grid.mem
         self.shapes = shapes = grid.size
-        self._cpu_shapes = np.arange(0, shapes, len(grid.mem))     # the CPU shapes at the smallest memory
         # k shapes fit -> CPUs free; never more than a server has (a server not heard from yet
         # reads as all zeros, "everything fits", and a 2-core one must not look like 4 free)
         self.free_of_fits = np.minimum(np.array((0.0,) + tuple(grid.cpu)), cores)
         self.matrices = np.zeros((servers, shapes), dtype=np.float32)
+        # Their waits at the CPU shapes of the smallest memory: a view, as the rows change
+        self._cpu_waits = self.matrices[:, ::len(grid.mem)]
         # A reading handed over as a list of floats (a simulated PN's) is packed straight into
         # its row: numpy's conversion of a 12-float list was most of a status batch's cost here.
         self._row = struct.Struct(f"={shapes}f")
@@ -158,10 +159,10 @@ class ViewCache:
         show yet (``mine``: the candidates whose reading predates this host's last send there;
         ``elapsed``: the time since each reading): nothing while the server still has ``cpu``
         free after them, else their expected work per core."""
-        # (free_cpu's arithmetic, read only where ``mine``: its CPU shapes at the smallest memory
-        # gathered in one step, the few numpy calls a batch of one task pays for; the sum is
-        # taken only where it adds anything, which leaves the rest as adding 0.0 would)
-        fits = np.add.reduce(self.matrices[cand[..., None], self._cpu_shapes] <= elapsed[..., None], axis=-1)
+        # (free_cpu's arithmetic, read only where ``mine``: the waits at its CPU shapes gathered as
+        # rows of a view, the few numpy calls a batch of one task pays for; the sum is taken only
+        # where it adds anything, which leaves the rest as adding 0.0 would)
+        fits = np.add.reduce(self._cpu_waits[cand] <= elapsed[..., None], axis=-1)
         free = self.free_of_fits[fits] - self.sent_cpu[cand]
         np.add(W, self.sent_wait[cand], out=W, where=mine & (free < cpu[:, None] - 1e-9))
 

@@ -50,8 +50,8 @@ def place(b: Batch, profile, states, fail_rate, rng):
         k = int(row.argmin())
         if not row.item(k) < INF:
             return _unmatched(1)
-        return (np.array([b.cand.item(0, k)], dtype=np.int64), np.array([b.W.item(0, k)]),
-                np.array([b.loc.item(0, k)], dtype=np.int64))
+        # (the server and wait as views of the row's entry: nobody writes to them)
+        return b.cand[0, k:k + 1], b.W[0, k:k + 1], np.array([b.loc.item(0, k)], dtype=np.int64)
     srv, wait, where = m.match(b)
     if wait is None:
         B = len(b)
