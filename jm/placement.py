@@ -22,30 +22,11 @@ from .stable_matching import UNMATCHED
 from .policies.batch import Batch
 from .policies.opportunistic import random_idle
 from .policies.pipeline import place
-from .tasks import READY, Stage, TaskTable, pn_address
+from .tasks import READY, Stage, TaskTable, filled, pn_address
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
     from .attempts import Attempts
-
-
-def _filled(n: int, value: Any) -> np.ndarray:
-    """np.full(n, value), the same dtype (the value's), read-only: for a few tasks one shared
-    array per (size, value), made once (a batch of one task asks several times per pass, and
-    jobs of one shape ask the same), without numpy's per-call cost."""
-    if not 0 < n <= 16:
-        return np.full(n, value)
-    key = (n, type(value), value)
-    got = _FILLED.get(key)
-    if got is None:
-        if len(_FILLED) > 512:      # (runtime estimates vary: a bounded memo)
-            _FILLED.clear()
-        got = _FILLED[key] = np.array([value] * n)
-        got.flags.writeable = False
-    return got
-
-
-_FILLED: dict[tuple, np.ndarray] = {}
 
 
 def _no_replicas(n: int) -> np.ndarray:
@@ -251,8 +232,8 @@ class Placement:
             st = tk.stages[0]
             local = ids - st.offset if st.offset else ids
             reps = st.reps[local] if st.reps is not None else _no_replicas(B)
-            return (reps, st.in_bytes[local], _filled(B, st.est_runtime), _filled(B, st.shape),
-                    _filled(B, st.spec.cpu))
+            return (reps, st.in_bytes[local], filled(B, st.est_runtime), filled(B, st.shape),
+                    filled(B, st.spec.cpu))
         reps = np.full((B, 3), -1, dtype=np.int64)
         in_bytes = np.empty(B)
         runtime = np.empty(B)
@@ -281,7 +262,7 @@ class Placement:
         stages = tk.stages
         single = len(stages) == 1
         m = len(ids)
-        cpu = _filled(m, stages[0].spec.cpu) if single else tk.cpu_of[tk.stage_of[ids]]
+        cpu = filled(m, stages[0].spec.cpu) if single else tk.cpu_of[tk.stage_of[ids]]
         # Regular while the tokens last (times the task's pipelining depth), then opportunistic
         # while the allowance lasts and the server is idle; the batch stops at the first task
         # that is neither.

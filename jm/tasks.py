@@ -51,6 +51,25 @@ def _median(xs: list[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
+def filled(n: int, value: Any) -> np.ndarray:
+    """np.full(n, value), the same dtype (the value's), read-only: for a few tasks one shared
+    array per (size, value), made once (a batch of one task asks several times per pass, and
+    jobs of one shape ask the same), without numpy's per-call cost."""
+    if not 0 < n <= 16:
+        return np.full(n, value)
+    key = (n, type(value), value)
+    got = _FILLED.get(key)
+    if got is None:
+        if len(_FILLED) > 512:      # (runtime estimates vary: a bounded memo)
+            _FILLED.clear()
+        got = _FILLED[key] = np.array([value] * n)
+        got.flags.writeable = False
+    return got
+
+
+_FILLED: dict[tuple, np.ndarray] = {}
+
+
 _BLANK: dict[int, tuple] = {}
 _ZEROS: dict[int, np.ndarray] = {}
 
@@ -186,7 +205,8 @@ class TaskTable:
             offset += s.tasks
         n = offset
         self.n = n
-        self.cpu_of = np.array([st.spec.cpu for st in self.stages])
+        self.cpu_of = filled(1, self.stages[0].spec.cpu) if len(self.stages) == 1 else \
+            np.array([st.spec.cpu for st in self.stages])       # (read-only)
         self.bw: np.ndarray = bandwidths(config.io)      # (shared, read-only)
         # Per-task columns, carved out of a few blocks copied from blank ones made once per job
         # size (job start-up is on every job's critical path: a copy is one numpy call where

@@ -89,8 +89,12 @@ BYTES = codec(_ident, as_bytes)
 
 
 def opt(c: Codec) -> Codec:
+    """``c``'s value, or None. (An identity encoder stays one: None packs as itself. A generated
+    decoder reads "optional" off the mapping and tests for None inline, calling ``c`` only for
+    a value.)"""
     enc, dec = c["encode"], c["decode"]
-    return codec(lambda v: None if v is None else enc(v), lambda v, w: None if v is None else dec(v, w))
+    return MappingProxyType({"encode": _ident if enc is _ident else (lambda v: None if v is None else enc(v)),
+                             "decode": lambda v, w: None if v is None else dec(v, w), "optional": dec})
 
 
 def lst(c: Codec) -> Codec:
@@ -229,9 +233,15 @@ def _fast_decoder(cls: type[Message]) -> Callable:
             f"{', '.join(f)}, = v"]
     checks = []
     calls = []
-    for i, (dec, name) in enumerate(zip(cls._DECODERS, cls._NAMES)):
+    for i, (dec, name, c) in enumerate(zip(cls._DECODERS, cls._NAMES, cls.CODECS)):
+        inner = c.get("optional")
         if dec in _INLINE:
             checks.append("(" + _INLINE[dec].format(x=f[i]) + ")")
+        elif inner is not None and inner in _INLINE:
+            checks.append(f"({f[i]} is None or " + _INLINE[inner].format(x=f[i]) + ")")
+        elif inner is not None:
+            ns[f"d{i}"], ns[f"n{i}"] = inner, name
+            calls.append(f"    if {f[i]} is not None: {f[i]} = d{i}({f[i]}, n{i})")
         else:
             ns[f"d{i}"], ns[f"n{i}"] = dec, name
             calls.append(f"    {f[i]} = d{i}({f[i]}, n{i})")
