@@ -34,8 +34,9 @@ _SPANS: dict[int, tuple[Topology, np.ndarray, np.ndarray]] = {}
 
 
 def candidate_rows(reps: np.ndarray, topo: Topology, lightly_loaded: np.ndarray, rng,
-                   per_rack: int = 2, n_light: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    """(cand int64[B, K], valid bool[B, K]) for tasks whose replica servers are ``reps`` (-1: none)."""
+                   per_rack: int = 2, n_light: int = 2, no_replicas: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(cand int64[B, K], valid bool[B, K]) for tasks whose replica servers are ``reps`` (-1: none;
+    ``no_replicas``: the caller knows they are all -1, which is then not looked at)."""
     B, w = reps.shape
     R = w * per_rack
     # One draw for every random choice (numpy's per-call cost dominates small batches, so this
@@ -47,15 +48,15 @@ def candidate_rows(reps: np.ndarray, topo: Topology, lightly_loaded: np.ndarray,
         light = lightly_loaded[light]
     # Servers in the replicas' racks (random members); tasks with no input get random servers
     # (drawn only if some task has none: a task's replicas are all servers or all -1).
-    has = reps >= 0
-    readers = np.count_nonzero(has)
+    has = None if no_replicas else reps >= 0
+    readers = 0 if has is None else np.count_nonzero(has)
     if readers:
         rep_cols = reps[:, _repeat_columns(w, per_rack)]      # each replica, per_rack times
         start, size = _rack_spans(topo)
         near = start[rep_cols] + (u[:, :R] * size[rep_cols]).astype(np.int64)
-    if readers < has.size:
+    if readers < reps.size:
         anywhere = (u[:, R:2 * R] * topo.servers).astype(np.int64)
-    if readers == has.size:
+    if readers == reps.size:
         first, second = reps, near
     elif not readers:
         first, second = anywhere[:, :w], anywhere

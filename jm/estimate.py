@@ -76,10 +76,10 @@ def _all_remote(shape: tuple) -> np.ndarray:
 _ALL_REMOTE: dict[tuple, np.ndarray] = {}
 
 
-def localities(cand: np.ndarray, reps: np.ndarray, rack_of: np.ndarray) -> np.ndarray:
+def localities(cand: np.ndarray, reps: np.ndarray, rack_of: np.ndarray, no_replicas: bool = False) -> np.ndarray:
     """uint8[B, K]: NODE/RACK/REMOTE of each candidate for each task (a task's replicas are all
     servers, or all -1: it reads no input)."""
-    if not np.count_nonzero(reps + 1):
+    if no_replicas or not np.count_nonzero(reps + 1):
         return _all_remote(cand.shape)     # no task reads input
     # (every replica column against every candidate at once: a small batch pays numpy per call,
     # not per element)

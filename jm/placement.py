@@ -212,7 +212,8 @@ class Placement:
         sidx = tk.stage_of[ids]
         reps, in_bytes, runtime, shape, cpu = self.task_columns(ids, sidx)
         b = Batch(now, self.view, cfg, ids, sidx, reps, in_bytes, runtime, shape, cpu,
-                  self.batch_depth(sidx) if m.places_one_per_slot() else 1)
+                  self.batch_depth(sidx) if m.places_one_per_slot() else 1,
+                  no_replicas=all(st.reps is None for st in tk.stages))
         return place(b, prof, self.fstates, self.fail_rate, rng)
 
     def batch_depth(self, sidx: np.ndarray) -> int:

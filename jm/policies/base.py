@@ -125,7 +125,8 @@ class Matcher:
     def candidates(self, b, rng):
         """(cand int64[B, K], valid bool[B, K]), or None when there is nowhere to go. By default
         Apollo's: the replicas' servers, servers in their racks, two lightly loaded ones."""
-        return candidate_rows(b.reps, b.topology, b.light, rng, per_rack=b.cfg.placement.per_rack)
+        return candidate_rows(b.reps, b.topology, b.light, rng, per_rack=b.cfg.placement.per_rack,
+                              no_replicas=b.no_replicas)
 
     def match(self, b):
         """(server or UNMATCHED, expected wait, locality) per task, as arrays; wait and locality

@@ -25,10 +25,11 @@ class Cut(NamedTuple):
 
 class Batch:
     __slots__ = ("now", "view", "cfg", "topology", "ids", "sidx", "reps", "in_bytes", "runtime", "shape", "cpu",
-                 "per_server", "cand", "valid", "loc", "C", "E", "W", "max_loc", "_has_input", "light")
+                 "per_server", "cand", "valid", "loc", "C", "E", "W", "max_loc", "_has_input", "light",
+                 "no_replicas")
 
     def __init__(self, now: float, view, cfg, ids, sidx, reps, in_bytes, runtime, shape, cpu,
-                 per_server: int, has_input=None) -> None:
+                 per_server: int, has_input=None, no_replicas: bool = False) -> None:
         self.now = now
         self.view = view            # the host's ViewCache (read-only here)
         self.cfg = cfg              # the JmConfig
@@ -42,6 +43,7 @@ class Batch:
         self.cpu = cpu
         self.per_server = per_server    # tasks one server may take per batch (pipelined short tasks)
         self._has_input = has_input     # (None: read off ``reps`` when a policy first asks)
+        self.no_replicas = no_replicas  # known that no task has replica servers (reps all -1)
         self.cand = self.valid = self.loc = None
         self.C = self.E = self.W = None
         self.light = view.lightly_loaded if view is not None else None   # where the lightly loaded

@@ -32,7 +32,7 @@ def place(b: Batch, profile, states, fail_rate, rng):
         return _unmatched(len(b))
     b.cand, b.valid = got
     cfg = b.cfg
-    b.loc = est.localities(b.cand, b.reps, b.topology.rack_of)
+    b.loc = est.localities(b.cand, b.reps, b.topology.rack_of, b.no_replicas)
     if m.uses_estimates():
         b.C, b.E, b.W = est.costs(b.cand, b.loc, b.in_bytes, b.runtime, b.shape, b.cpu, b.now, b.view, fail_rate,
                                   cfg.io, cfg.estimate, rng, b.valid)
