@@ -267,11 +267,13 @@ class LiveRuntime:
     # ---- effects ---------------------------------------------------------------------------
     def _apply(self, addr: str, actor: Any, effects: list, now: float) -> None:
         loop = self._loop
+        sent = False
         for i, e in enumerate(effects):
             te = type(e)
             try:
                 if te is Send:
                     self._send(e.to, e.msg)
+                    sent = True
                 elif te is SetTimer:
                     k = (addr, e.key)
                     old = self.timers.pop(k, None)
@@ -295,6 +297,9 @@ class LiveRuntime:
                     store = self.stores.get(addr)
                     if store is None:
                         raise TypeError(f"asked to persist {e.op!r} but has no store")
+                    if sent:        # (what was sent before the write goes out before it blocks)
+                        self.endpoint.write_queued()
+                        sent = False
                     store.apply(e)
                 elif te is Spawn:
                     self.add(e.address, e.actor)

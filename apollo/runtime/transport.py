@@ -537,6 +537,12 @@ class Endpoint:
         where a burst of work ends: a read of frames handled, a batch of task exits, a timer.
         A message on a job's critical path saves an iteration at each process it crosses."""
         self._held = False
+        self.write_queued()
+
+    def write_queued(self) -> None:
+        """Write what the sends so far left in the connections' buffers, inside a burst too (its
+        hold stays): called before a durable write that blocks the loop, so that the messages
+        an actor sent before asking for the write are not held back by it."""
         dirty = self._dirty
         if dirty:
             self._dirty = {}
