@@ -24,14 +24,13 @@ from apollo.tools.cli.options import Parser, count, listing, positive
 from apollo.tools.simulate import SimConfig, run_simulation
 from apollo.workloads import load_workload
 
-from .common import write_json
+from .common import RELAUNCHED, run_native, write_json
 
 WORKLOAD = "heavytail:jobs=3000,task_s=600,max_tasks=5000,alpha=1.0"
 DEFAULT_SERVERS = (1000, 12500)
 LOAD = 0.95
 SEED = 3
 SERVERS_PER_RACK = 50                       # apollo simulate's default racks
-RELAUNCHED = "APOLLO_BENCH_RELAUNCHED"      # set in the process _run_native starts (no second relaunch)
 
 
 def run_one(servers: int, jobs: int | None = None, max_sim_hours: float | None = None,
@@ -71,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             if a.native == "on":
                 raise SystemExit("apollo bench longspan --native on: the compiled modules did not load")
         else:
-            _run_native(sys.argv[1:] if argv is None else argv, required=a.native == "on")
+            run_native("longspan", sys.argv[1:] if argv is None else argv, required=a.native == "on")
     sizes = list(a.servers)
     print(f"{WORKLOAD} --load {LOAD} --seed {SEED}" + (f", first {a.jobs} jobs" if a.jobs else "")
           + (f", at most {a.max_sim_hours:g} simulated h" if a.max_sim_hours else ""))
@@ -92,24 +91,6 @@ def main(argv: list[str] | None = None) -> int:
            "runs": rows}
     write_json(out, a.json)
     return 0
-
-
-def _run_native(argv: list[str], required: bool) -> None:
-    """As bench scale's: build the compiled modules if need be, then run this benchmark again in a
-    process that loads them (they must load before the modules are first imported). Returns only
-    when they cannot be built and were not required."""
-    try:
-        if not native.built():
-            print("building the compiled kernel and PN (apollo.tools.native; once per source version)...",
-                  file=sys.stderr, flush=True)
-        native.build()
-    except native.NativeBuildError as e:
-        if required:
-            raise SystemExit(f"apollo bench longspan --native on: {e}")
-        print(f"(running interpreted: {e})", file=sys.stderr)
-        return
-    code = "import sys; from apollo.bench.longspan import main; sys.exit(main(sys.argv[1:]))"
-    os.execve(sys.executable, [sys.executable, "-c", code, *argv], dict(os.environ, **{native.ENV: "1", RELAUNCHED: "1"}))
 
 
 if __name__ == "__main__":

@@ -30,9 +30,10 @@ from apollo.workloads.assign import assign
 from apollo.tools.cli.options import Parser, count, listing, positive
 from rm.queues import load_queue_file
 
+from .common import RELAUNCHED, run_native
+
 DEFAULT_SERVERS = (100, 1000, 5000, 20000)
 SERVERS_PER_RACK = 40
-RELAUNCHED = "APOLLO_BENCH_RELAUNCHED"      # set in the process _run_native starts (no second relaunch)
 
 
 def run_one(servers: int, seconds: float, seed: int = 1, queues: str | None = None, assign_rule: str = "size") -> dict:
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             if a.native == "on":
                 raise SystemExit("apollo bench scale --native on: the compiled modules did not load")
         else:
-            _run_native(sys.argv[1:] if argv is None else argv, required=a.native == "on")
+            run_native("scale", sys.argv[1:] if argv is None else argv, required=a.native == "on")
     sizes = list(a.servers)
     rows = []
     print("compiled kernel and PN (apollo.tools.native)" if native.loaded() else "interpreted modules")
@@ -89,24 +90,6 @@ def main(argv: list[str] | None = None) -> int:
         Path(a.json).write_text(json.dumps(out, indent=2) + "\n")
         print(f"results: {a.json}")
     return 0
-
-
-def _run_native(argv: list[str], required: bool) -> None:
-    """Build the compiled modules if need be, then run this benchmark again in a process that
-    loads them (they must load before the modules are first imported: this process has
-    imported them). Returns only when they cannot be built and were not required."""
-    try:
-        if not native.built():
-            print("building the compiled kernel and PN (apollo.tools.native; once per source version)...",
-                  file=sys.stderr, flush=True)
-        native.build()
-    except native.NativeBuildError as e:
-        if required:
-            raise SystemExit(f"apollo bench scale --native on: {e}")
-        print(f"(running interpreted: {e})", file=sys.stderr)
-        return
-    code = "import sys; from apollo.bench.scale import main; sys.exit(main(sys.argv[1:]))"
-    os.execve(sys.executable, [sys.executable, "-c", code, *argv], dict(os.environ, **{native.ENV: "1", RELAUNCHED: "1"}))
 
 
 if __name__ == "__main__":
