@@ -91,3 +91,16 @@ def run_native(bench: str, argv: list[str], required: bool) -> None:
         return
     code = f"import sys; from apollo.bench.{bench} import main; sys.exit(main(sys.argv[1:]))"
     os.execve(sys.executable, [sys.executable, "-c", code, *argv], dict(os.environ, **{native.ENV: "1", RELAUNCHED: "1"}))
+
+
+def ensure_native(bench: str, mode: str, argv: list[str]) -> None:
+    """``--native auto|on|off`` of a simulated benchmark: with auto or on, relaunch it loading the
+    compiled modules (run_native) unless they are loaded; on, and still not loaded: an error."""
+    from apollo.tools import native
+    if mode == "off" or native.loaded():
+        return
+    if os.environ.get(RELAUNCHED):
+        if mode == "on":
+            raise SystemExit(f"apollo bench {bench} --native on: the compiled modules did not load")
+        return
+    run_native(bench, argv, required=mode == "on")

@@ -15,7 +15,6 @@ Messages go through the msgpack round trip as in ``apollo simulate`` (``--no-wir
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -24,7 +23,7 @@ from apollo.tools.cli.options import Parser, count, listing, positive
 from apollo.tools.simulate import SimConfig, run_simulation
 from apollo.workloads import load_workload
 
-from .common import RELAUNCHED, run_native, write_json
+from .common import ensure_native, write_json
 
 WORKLOAD = "heavytail:jobs=3000,task_s=600,max_tasks=5000,alpha=1.0"
 DEFAULT_SERVERS = (1000, 12500)
@@ -65,12 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--native", choices=("auto", "on", "off"), default="auto",
                    help="the compiled kernel and PN (apollo.tools.native): auto uses them when they can be built")
     a = p.parse_args(argv)
-    if a.native != "off" and not native.loaded():
-        if os.environ.get(RELAUNCHED):
-            if a.native == "on":
-                raise SystemExit("apollo bench longspan --native on: the compiled modules did not load")
-        else:
-            run_native("longspan", sys.argv[1:] if argv is None else argv, required=a.native == "on")
+    ensure_native("longspan", a.native, sys.argv[1:] if argv is None else argv)
     sizes = list(a.servers)
     print(f"{WORKLOAD} --load {LOAD} --seed {SEED}" + (f", first {a.jobs} jobs" if a.jobs else "")
           + (f", at most {a.max_sim_hours:g} simulated h" if a.max_sim_hours else ""))

@@ -17,7 +17,6 @@ ran; ``--native off`` measures the interpreted modules.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from apollo.workloads.assign import assign
 from apollo.tools.cli.options import Parser, count, listing, positive
 from rm.queues import load_queue_file
 
-from .common import RELAUNCHED, run_native
+from .common import ensure_native
 
 DEFAULT_SERVERS = (100, 1000, 5000, 20000)
 SERVERS_PER_RACK = 40
@@ -67,12 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--native", choices=("auto", "on", "off"), default="auto",
                    help="the compiled kernel and PN (apollo.tools.native): auto uses them when they can be built")
     a = p.parse_args(argv)
-    if a.native != "off" and not native.loaded():
-        if os.environ.get(RELAUNCHED):
-            if a.native == "on":
-                raise SystemExit("apollo bench scale --native on: the compiled modules did not load")
-        else:
-            run_native("scale", sys.argv[1:] if argv is None else argv, required=a.native == "on")
+    ensure_native("scale", a.native, sys.argv[1:] if argv is None else argv)
     sizes = list(a.servers)
     rows = []
     print("compiled kernel and PN (apollo.tools.native)" if native.loaded() else "interpreted modules")
