@@ -42,7 +42,7 @@ class JmState:
     # (slots: ~2,300 JMs live at once at 20,000 servers)
     __slots__ = ("job_id", "spec", "cfg", "view", "reply_to", "submitted_at", "token_seq", "finished",
                  "finished_at", "failed_reason", "tasks", "watchdog", "placement", "attempts", "giveback",
-                 "adoption", "sched_armed", "last_report", "prof")
+                 "adoption", "sched_armed", "last_report", "row", "prof")
 
     def __init__(self, job_id: int, spec: JobSpec, tokens: int, submitted_at: float,
                  config: JmConfig, view: Any, reply_to: str = "", seq: int = 0, generation: int = 0,
@@ -60,6 +60,11 @@ class JmState:
         self.failed_reason = ""
         self.sched_armed = False                # coalesce: a "sched" timer is pending
         self.last_report: tuple | None = None   # (demand, CPUs in use) as the RM last heard them
+        # (demand, CPUs in use) as of now, or None: not asked since the last stimulus. The JM's
+        # state moves only within a stimulus (start, release, on_status, handle, on_view), each
+        # of which drops it first, so the host's reports and views between stimuli reuse one
+        # computation (validate checks it against a fresh one).
+        self.row: tuple | None = None
         self.tasks = tasks = TaskTable(job_id, spec, tokens, config, generation)
         self.watchdog = watchdog = Watchdog(tasks, config)
         self.placement = placement = Placement(tasks, watchdog, config, view, clones)
@@ -79,8 +84,12 @@ class JmState:
         return self.tasks.done_bitmap()
 
     def demand_report(self) -> tuple[int, int]:
-        """(CPUs it could use, CPUs in use): what HostReport carries."""
-        return self._report()
+        """(CPUs it could use, CPUs in use): what HostReport carries; computed once per stimulus
+        (asked between stimuli only: the host's reports and views)."""
+        row = self.row
+        if row is None:
+            row = self.row = self._report()
+        return row
 
     def _report(self) -> tuple[int, int]:
         """What the RM's sharing plane hears of this job from its JM: (CPUs it could use, CPUs its
@@ -93,13 +102,21 @@ class JmState:
 
     def wants_view(self, now: float) -> bool:
         """Whether a new cluster view gives this JM anything to do (it has tasks waiting to be
-        placed, a demand the RM has not heard, or queued tasks that may be overdue)."""
+        placed, a demand the RM has not heard, or queued tasks that may be overdue). The view
+        itself is read last, only when nothing of the JM's own says yes (the host relies on
+        that: jm.interest)."""
+        return self.needs_view() or now >= self.watchdog.watch_at or self.attempts.idle_room_for_queued(now)
+
+    def needs_view(self) -> bool:
+        """What of ``wants_view`` follows from the JM's own state alone, and so changes only with
+        a stimulus: tasks ready to place, a report the RM has not heard, clone grant to give back."""
         att = self.attempts
-        return self.tasks.has_ready() or self._report() != self.last_report or now >= self.watchdog.watch_at or \
-            (att.clone_cpu > 0 and att.clones_needed() < att.clone_cpu) or att.idle_room_for_queued(now)
+        return self.tasks.has_ready() or self.demand_report() != self.last_report or \
+            (att.clone_cpu > 0 and att.clones_needed() < att.clone_cpu)
 
     # ---- stimuli -------------------------------------------------------------------------
     def start(self, now: float, rng: Any) -> list:
+        self.row = None
         out: list = [Log("job_started", (self.job_id, now))]
         tk = self.tasks
         if self.adoption.done_init:
@@ -118,6 +135,7 @@ class JmState:
     def release(self, kill: bool, now: float) -> list:
         """The RM moved the job off this host (``kill``: the job is over; else another host
         adopted it and its attempts are that host's now)."""
+        self.row = None
         out: list = []
         tk = self.tasks
         if kill and not self.finished:
@@ -133,12 +151,14 @@ class JmState:
         (a host routes one per finished task)."""
         out: list = []
         if not self.finished:
+            self.row = None
             self._on_reports(b.reports, b.server, now, rng, out)
         return out
 
     def handle(self, event: Any, now: float, rng: Any) -> list:
         if self.finished:
             return []
+        self.row = None
         t = type(event)
         out: list = []
         gb = self.giveback
@@ -192,6 +212,7 @@ class JmState:
         reschedule, report demand."""
         if self.finished:
             return []
+        self.row = None
         out: list = []
         tk, att = self.tasks, self.attempts
         if att.extra and lost is not None and len(lost):
@@ -210,7 +231,7 @@ class JmState:
         if att.idle_room_for_queued(now):
             att.duplicates_for_idle(now, rng, out)
         self._schedule(now, rng, out)
-        report = self._report()
+        report = self.row = self._report()      # (nothing below moves it)
         clone_left = att.clones_needed() if att.clone_cpu > 0 else -1.0
         if report != self.last_report or clone_left < att.clone_cpu:
             self.last_report = report
@@ -420,6 +441,7 @@ class JmState:
     # ---- invariants ------------------------------------------------------------
     def validate(self) -> None:
         tk, att, gb = self.tasks, self.attempts, self.giveback
+        assert self.row is None or self.row == self._report(), "cached report out of date"
         state = tk.state
         act = tk.active()
         cpu = np.array([tk.stages[i].spec.cpu for i in tk.stage_of]) if tk.n else np.zeros(0)
