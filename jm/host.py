@@ -13,6 +13,7 @@ from apollo.core.lifecycle import TaskState
 from apollo.core.messages import (CancelJob, ClusterView, Holding, HostReport, JobDone, KillTask, ReclaimTokens,
                              ReleaseJob, StartJob, StatusBatch, TokenGrant)
 
+from .interest import ViewInterest
 from .state import JmConfig, JmState
 from .view import ViewCache
 
@@ -31,6 +32,8 @@ class JmHost:
         # the answer is repeated instead of running the job again.
         self.finished: dict[int, JobDone] = {}
         self._progress_sent: dict[int, int] = {}   # job -> tasks done as last reported to the RM
+        # (duplicates run: a job's queued tasks may move to a server the view shows idle)
+        self.interest = ViewInterest(config.profile.corrections and config.attempts.dup_factor > 0)
 
     def handle(self, event, now: float, rng) -> list:
         t = type(event)
@@ -48,12 +51,9 @@ class JmHost:
             # (a boot time learnt, not changed, is no restart: tasks sent before the first view
             # stay put)
             lost = np.flatnonzero((was_alive & ~view.alive) | ((view.boot_times > was_boot) & was_known))
-            out: list = []
-            for job_id, jm in list(self.jms.items()):
-                if len(lost) or jm.wants_view(now):
-                    out.extend(self._wrap(job_id, jm.on_view(now, rng, lost)))
-                    self._reap(job_id, jm)
-            return out
+            if len(lost):
+                return self._view_to_all(now, rng, lost)
+            return self._view_to_asked(now, rng)
         if t is Timer:
             if event.key == "report":
                 return self._host_report()
@@ -69,12 +69,45 @@ class JmHost:
             return self._host_report()
         return [Log("warn", (f"jm host ignored {t.__name__}",))]
 
+    def _view_to_all(self, now: float, rng, lost: np.ndarray) -> list:
+        """Servers were lost: every job looks for its attempts there."""
+        out: list = []
+        touch = self.interest.touch
+        for job_id, jm in list(self.jms.items()):
+            touch(job_id)
+            out.extend(self._wrap(job_id, jm.on_view(now, rng, lost)))
+            self._reap(job_id, jm)
+        return out
+
+    def _view_to_asked(self, now: float, rng) -> list:
+        """The jobs the view can give anything to do (jm.interest), in job order, each asked."""
+        out: list = []
+        jms, interest = self.jms, self.interest
+        asked, first_idle = interest.to_ask(jms, now)
+        idle_at = interest.order[first_idle] if first_idle is not None else None
+        order = interest.order
+        for job_id in asked:
+            if idle_at is not None and order[job_id] > idle_at:
+                # (where the first job with nothing of its own to do looked at the view's idle
+                # servers, found once per view: found at the same point as when it was asked)
+                self.view.has_idle(now)
+                idle_at = None
+            jm = jms[job_id]
+            if jm.wants_view(now):
+                interest.touch(job_id)
+                out.extend(self._wrap(job_id, jm.on_view(now, rng)))
+                self._reap(job_id, jm)
+        if idle_at is not None:
+            self.view.has_idle(now)
+        return out
+
     def _on_statuses(self, batches, now: float, rng) -> list:
         """Status batches, in arrival order (one, or several a runtime collected): each one's
         reading is folded into the view, then the batch goes to its JM."""
         out: list = []
         apply_row = self.view.apply_row
         jms = self.jms
+        touch = self.interest.touch
         for b in batches:
             apply_row(b.server, b.matrix, b.matrix_time, b.time, now)
             job_id = b.job_id
@@ -83,6 +116,7 @@ class JmHost:
                 out += self._orphan_reports(b)
                 continue
             # (what _route does, for the host's most frequent event: one report per task)
+            touch(job_id)
             r = jm.on_status(b, now, rng)
             if r:
                 out += self._wrap(job_id, r)
@@ -111,6 +145,7 @@ class JmHost:
                      seq=msg.seq, generation=msg.generation, done=msg.done, clones=msg.clones,
                      clone_cpu=msg.clone_cpu, clones_low=msg.clones_low)
         self.jms[msg.job_id] = jm
+        self.interest.started(msg.job_id)
         self.started += 1
         out = self._wrap(msg.job_id, jm.start(now, rng))
         self._reap(msg.job_id, jm)
@@ -121,6 +156,7 @@ class JmHost:
         over; leaving them if another host adopted it)."""
         jm = self.jms.pop(msg.job_id, None)
         self._progress_sent.pop(msg.job_id, None)
+        self.interest.gone(msg.job_id)
         if jm is None:
             return []
         out = jm.release(msg.kill, now)
@@ -153,6 +189,7 @@ class JmHost:
         jm = self.jms.get(job_id)
         if jm is None:
             return []   # a job that already finished: late reports are expected
+        self.interest.touch(job_id)
         out = self._wrap(job_id, jm.handle(event, now, rng))
         self._reap(job_id, jm)
         return out
@@ -161,12 +198,14 @@ class JmHost:
         if jm.finished:
             del self.jms[job_id]
             self._progress_sent.pop(job_id, None)
+            self.interest.gone(job_id)
             self.finished[job_id] = JobDone(job_id, not jm.failed_reason, jm.failed_reason, jm.finished_at,
                                             jm.done)
 
     def validate(self) -> None:
         for jm in self.jms.values():
             jm.validate()
+        self.interest.validate(self.jms)
 
     @staticmethod
     def _wrap(job_id: int, effects: list) -> list:
