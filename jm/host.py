@@ -34,6 +34,12 @@ class JmHost:
         self._progress_sent: dict[int, int] = {}   # job -> tasks done as last reported to the RM
         # (duplicates run: a job's queued tasks may move to a server the view shows idle)
         self.interest = ViewInterest(config.profile.corrections and config.attempts.dup_factor > 0)
+        # Each job's HostReport row (token seq, demand, CPUs in use), in job order, as of its last
+        # report: remade only for jobs given a stimulus since (a JM's state moves only then).
+        self._seqs: dict[int, int] = {}
+        self._demand: dict[int, int] = {}
+        self._in_use: dict[int, int] = {}
+        self._unreported: set[int] = set()     # jobs given a stimulus since the last report
 
     def handle(self, event, now: float, rng) -> list:
         t = type(event)
@@ -69,10 +75,16 @@ class JmHost:
             return self._host_report()
         return [Log("warn", (f"jm host ignored {t.__name__}",))]
 
+    def _touch(self, job_id: int) -> None:
+        """A job is given a stimulus: its state may move (the view's index and its report row
+        look at it again)."""
+        self.interest.touch(job_id)
+        self._unreported.add(job_id)
+
     def _view_to_all(self, now: float, rng, lost: np.ndarray) -> list:
         """Servers were lost: every job looks for its attempts there."""
         out: list = []
-        touch = self.interest.touch
+        touch = self._touch
         for job_id, jm in list(self.jms.items()):
             touch(job_id)
             out.extend(self._wrap(job_id, jm.on_view(now, rng, lost)))
@@ -94,7 +106,7 @@ class JmHost:
                 idle_at = None
             jm = jms[job_id]
             if jm.wants_view(now):
-                interest.touch(job_id)
+                self._touch(job_id)
                 out.extend(self._wrap(job_id, jm.on_view(now, rng)))
                 self._reap(job_id, jm)
         if idle_at is not None:
@@ -107,7 +119,7 @@ class JmHost:
         out: list = []
         apply_row = self.view.apply_row
         jms = self.jms
-        touch = self.interest.touch
+        touch, unreported = self.interest.touch, self._unreported.add
         for b in batches:
             apply_row(b.server, b.matrix, b.matrix_time, b.time, now)
             job_id = b.job_id
@@ -117,6 +129,7 @@ class JmHost:
                 continue
             # (what _route does, for the host's most frequent event: one report per task)
             touch(job_id)
+            unreported(job_id)
             r = jm.on_status(b, now, rng)
             if r:
                 out += self._wrap(job_id, r)
@@ -144,8 +157,11 @@ class JmHost:
                      self.view, msg.reply_to,
                      seq=msg.seq, generation=msg.generation, done=msg.done, clones=msg.clones,
                      clone_cpu=msg.clone_cpu, clones_low=msg.clones_low)
-        self.jms[msg.job_id] = jm
-        self.interest.started(msg.job_id)
+        job_id = msg.job_id
+        self.jms[job_id] = jm
+        self.interest.started(job_id)
+        self._seqs[job_id] = self._demand[job_id] = self._in_use[job_id] = 0    # (its place in job order)
+        self._unreported.add(job_id)
         self.started += 1
         out = self._wrap(msg.job_id, jm.start(now, rng))
         self._reap(msg.job_id, jm)
@@ -155,41 +171,45 @@ class JmHost:
         """The RM no longer places this job here: drop its JM (killing its attempts if the job is
         over; leaving them if another host adopted it)."""
         jm = self.jms.pop(msg.job_id, None)
-        self._progress_sent.pop(msg.job_id, None)
-        self.interest.gone(msg.job_id)
         if jm is None:
             return []
+        self._gone(msg.job_id)
         out = jm.release(msg.kill, now)
         return self._wrap(msg.job_id, out) + [Log("released", (msg.job_id, now, msg.kill))]
 
     def _host_report(self) -> list:
         """Every host_report_s: the jobs this host runs, each with the token seq its JM last
-        heard, its demand and CPUs in use, and the done bitmaps of jobs that progressed."""
-        jms = self.jms
+        heard, its demand and CPUs in use, and the done bitmaps of jobs that progressed (rows
+        remade for the jobs given a stimulus since the last report only)."""
+        jms, sent = self.jms, self._progress_sent
+        seqs, demand, in_use = self._seqs, self._demand, self._in_use
+        progressed: list[int] = []
+        for job_id in self._unreported:
+            jm = jms.get(job_id)
+            if jm is None:
+                continue
+            seqs[job_id] = jm.token_seq
+            demand[job_id], in_use[job_id] = jm.demand_report()
+            if jm.done != sent.get(job_id, 0):
+                sent[job_id] = jm.done
+                progressed.append(job_id)
+        self._unreported.clear()
+        if len(progressed) > 1:
+            progressed.sort(key=self.interest.order.__getitem__)     # (in job order)
         n = len(jms)
-        jobs = np.fromiter(jms.keys(), dtype=np.int64, count=n)
-        seqs = np.empty(n, dtype=np.int64)
-        demand = np.empty(n, dtype=np.int64)
-        in_use = np.empty(n, dtype=np.int64)
-        pj: list[int] = []
-        progress: list[bytes] = []
-        sent = self._progress_sent
-        for i, jm in enumerate(jms.values()):
-            seqs[i] = jm.token_seq
-            demand[i], in_use[i] = jm.demand_report()
-            if jm.done != sent.get(jm.job_id, 0):
-                sent[jm.job_id] = jm.done
-                pj.append(jm.job_id)
-                progress.append(jm.done_bitmap())
-        return [Send(self.cfg.rm, HostReport(self.cfg.host, jobs, seqs, demand, in_use,
-                                             np.asarray(pj, dtype=np.int64), progress)),
+        return [Send(self.cfg.rm, HostReport(self.cfg.host, np.fromiter(jms, dtype=np.int64, count=n),
+                                             np.fromiter(seqs.values(), dtype=np.int64, count=n),
+                                             np.fromiter(demand.values(), dtype=np.int64, count=n),
+                                             np.fromiter(in_use.values(), dtype=np.int64, count=n),
+                                             np.asarray(progressed, dtype=np.int64),
+                                             [jms[j].done_bitmap() for j in progressed])),
                 SetTimer(self.cfg.host_report_s, "report")]
 
     def _route(self, job_id: int, event, now: float, rng) -> list:
         jm = self.jms.get(job_id)
         if jm is None:
             return []   # a job that already finished: late reports are expected
-        self.interest.touch(job_id)
+        self._touch(job_id)
         out = self._wrap(job_id, jm.handle(event, now, rng))
         self._reap(job_id, jm)
         return out
@@ -197,15 +217,28 @@ class JmHost:
     def _reap(self, job_id: int, jm: JmState) -> None:
         if jm.finished:
             del self.jms[job_id]
-            self._progress_sent.pop(job_id, None)
-            self.interest.gone(job_id)
+            self._gone(job_id)
             self.finished[job_id] = JobDone(job_id, not jm.failed_reason, jm.failed_reason, jm.finished_at,
                                             jm.done)
+
+    def _gone(self, job_id: int) -> None:
+        """A job left this host (finished, or released)."""
+        self._progress_sent.pop(job_id, None)
+        self.interest.gone(job_id)
+        del self._seqs[job_id], self._demand[job_id], self._in_use[job_id]
+        self._unreported.discard(job_id)
 
     def validate(self) -> None:
         for jm in self.jms.values():
             jm.validate()
         self.interest.validate(self.jms)
+        jobs = list(self.jms)
+        assert list(self._seqs) == list(self._demand) == list(self._in_use) == jobs, "report rows out of job order"
+        for job_id, jm in self.jms.items():
+            if job_id not in self._unreported:
+                assert (self._seqs[job_id], self._demand[job_id], self._in_use[job_id]) == \
+                    (jm.token_seq, *jm._report()), "a job's report row out of date"
+                assert self._progress_sent.get(job_id, 0) == jm.done, "a job's progress not reported"
 
     @staticmethod
     def _wrap(job_id: int, effects: list) -> list:

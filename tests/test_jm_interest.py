@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from apollo.core.cluster import Topology
-from apollo.core.effects import Send
+from apollo.core.effects import Send, Timer
 from apollo.core.lifecycle import TaskState
 from apollo.core.messages import ClusterView, Dispatch, JobDemand, StartJob, StatusBatch, TaskReport, TokenGrant
 from apollo.core.spec import JobSpec, StageSpec
@@ -149,6 +149,7 @@ def test_the_jobs_moved_by_a_view_and_the_idle_servers_found_are_as_asking_all()
     rng = np.random.default_rng(7)
     hosts = [AskingAll(JmConfig(topology=TOPO)), JmHost(JmConfig(topology=TOPO))]
     outs = [[], []]
+    progressed = [[], []]
     sent: dict[int, list] = {}
     now = 0.0
     for step in range(60):
@@ -168,10 +169,16 @@ def test_the_jobs_moved_by_a_view_and_the_idle_servers_found_are_as_asking_all()
         elif kind == 2 and sent:
             events.append(TokenGrant(int(rng.choice(sorted(sent))), int(rng.integers(0, 4)), step + 100))
         events.append(cluster_view(hosts[0], now, wait=float(rng.choice([0.0, 100.0]))))
+        if step % 3 == 0:
+            events.append(Timer("report"))
         for i, h in enumerate(hosts):
             for e in events:
                 got = h.handle(e, now, Rng())
                 h.validate()
+                if type(e) is Timer:
+                    check_report(h, got[0].msg)
+                    progressed[i].append((got[0].msg.progress_jobs.tolist(), got[0].msg.progress))
+                    continue
                 outs[i].append(got)
                 if i == 1:
                     for d in [e for e in got if isinstance(e, Send) and isinstance(e.msg, Dispatch)]:
@@ -179,7 +186,14 @@ def test_the_jobs_moved_by_a_view_and_the_idle_servers_found_are_as_asking_all()
                             sent.setdefault(ts.job_id, []).append((ts.task, int(d.to[3:]), ts.attempt))
             assert np.array_equal(h.view._idle, hosts[0].view._idle)
             assert h.view._idle_checked_at == hosts[0].view._idle_checked_at
-    assert outs[0] == outs[1]
+    assert outs[0] == outs[1] and progressed[0] == progressed[1]
+
+
+def check_report(h, r):
+    """A HostReport made from the rows kept per job is the one made from every JM afresh."""
+    assert r.jobs.tolist() == list(h.jms)
+    assert r.seqs.tolist() == [jm.token_seq for jm in h.jms.values()]
+    assert list(zip(r.demand.tolist(), r.in_use.tolist())) == [jm._report() for jm in h.jms.values()]
 
 
 def test_a_view_no_job_is_asked_about_still_finds_its_idle_servers_as_before(asked):
