@@ -17,6 +17,7 @@ from apollo.core.effects import Log, Send
 from apollo.core.messages import JobDemand
 
 from .clones import CloneBudget, CloneConfig
+from .exact_sum import fixed, to_float
 from .cluster_load import ClusterLoad
 from .jm_homes import JmHomes
 from .jobs import JobEntry
@@ -47,6 +48,10 @@ class Admission:
         self.waiting_in: dict[str, int] = {}              # leaf -> waiting jobs
         self.user_in: dict[tuple[str, str], int] = {}     # (leaf, user) -> admitted jobs
         self.positions: dict[int, tuple[str, int]] = {}   # waiting job -> (leaf, place in line)
+        # Per leaf, kept as they move (not summed over every job per round): its jobs' demand
+        # (admitted and waiting; exact fixed point, rm/exact_sum.py) and its admitted jobs' tokens
+        self.demand_in: dict[str, int] = {}
+        self.tokens_in: dict[str, int] = {}
         # whether some queue has a max below the cluster (admission at once then checks it)
         self.has_max = any(q.max is not None for q in tree.nodes())
 
@@ -59,6 +64,7 @@ class Admission:
         (ADMITTED | WAIT | ROUND_NOW | ROUND_SOON)."""
         q = self.tree.get(e.queue)
         leaf, user = e.queue, e.spec.user
+        self.demand_in[leaf] = self.demand_in.get(leaf, 0) + fixed(e.demand)     # (every job enters here)
         total = self.cluster.whole_cores()
         free = total - self.granted
         ok = (not self.waiting_in.get(leaf) and
@@ -98,6 +104,8 @@ class Admission:
         e.tokens = tokens
         e.may_run = max(e.may_run, float(tokens))
         self.granted += tokens
+        self.tokens_in[e.queue] = self.tokens_in.get(e.queue, 0) + tokens
+        self.cluster.count_in(e.job_id, e.queue)
         if e.tokens > e.demand:
             self.slack.add(e.job_id)
         leaf, user = e.queue, e.spec.user
@@ -116,6 +124,7 @@ class Admission:
     def regrant(self, e: JobEntry, tokens: int) -> Send:
         """An admitted job's tokens, changed by a round: the TokenGrant telling its JM."""
         self.granted += tokens - e.tokens
+        self.tokens_in[e.queue] += tokens - e.tokens
         e.tokens = tokens
         e.may_run = max(e.may_run, float(tokens))
         if e.tokens > e.demand:
@@ -135,9 +144,21 @@ class Admission:
             if keep < e.tokens:
                 freed += e.tokens - keep
                 self.granted -= e.tokens - keep
+                self.tokens_in[e.queue] -= e.tokens - keep
                 e.tokens = keep
                 out.append(self.messages.grant(e, keep))
         return freed
+
+    def queue_figures(self) -> dict[str, tuple[float, int, float]]:
+        """Per leaf queue with jobs: (CPUs its admitted jobs hold, their tokens, CPUs its jobs
+        could use now), from the sums kept as they move."""
+        held = self.cluster.leaf_held
+        out = {}
+        for q in self.tree.leaves():
+            leaf = q.path
+            if self.admitted_in.get(leaf, 0) or self.waiting_in.get(leaf, 0):
+                out[leaf] = (held(leaf), self.tokens_in.get(leaf, 0), to_float(self.demand_in.get(leaf, 0)))
+        return out
 
     def on_demand(self, e: JobEntry, msg: JobDemand, now: float) -> None:
         """Its JM's word on what the job could use, has out, and its clones still need."""
@@ -148,7 +169,10 @@ class Admission:
             e.clone_cpu = msg.clone_cpu
 
     def note_demand(self, e: JobEntry, demand: float, in_use: float, seq: int) -> None:
-        e.demand = float(demand)
+        demand = float(demand)
+        if demand != e.demand:
+            self.demand_in[e.queue] += fixed(demand) - fixed(e.demand)
+        e.demand = demand
         e.in_use = float(in_use)
         if seq >= e.seq:            # it had heard the last grant or cut: it runs no more than this
             e.may_run = max(e.tokens, e.in_use)
@@ -162,8 +186,11 @@ class Admission:
     def forget(self, e: JobEntry) -> None:
         """The job ended: its tokens, its place and its clone budget are free."""
         self.clone_budget.release(e.clone_cpu)
+        self.demand_in[e.queue] -= fixed(e.demand)
         if e.admitted:
             self.granted -= e.tokens
+            self.tokens_in[e.queue] -= e.tokens
+            self.cluster.count_out(e.job_id)
             self.slack.discard(e.job_id)
             self.admitted_in[e.queue] -= 1
             self.user_in[(e.queue, e.spec.user)] -= 1
@@ -182,5 +209,16 @@ class Admission:
             assert self.admitted_in.get(leaf, 0) == sum(e.queue == leaf for e in adm)
             assert self.waiting_in.get(leaf, 0) == sum(e.queue == leaf and not e.admitted for e in jobs)
         assert set(self.positions) == {e.job_id for e in jobs if not e.admitted}
+        demand: dict[str, int] = {}
+        tokens: dict[str, int] = {}
+        for e in jobs:
+            demand[e.queue] = demand.get(e.queue, 0) + fixed(e.demand)
+            if e.admitted:
+                tokens[e.queue] = tokens.get(e.queue, 0) + e.tokens
+        assert {q: v for q, v in self.demand_in.items() if v} == {q: v for q, v in demand.items() if v}, \
+            "demand per queue out of sync"
+        assert {q: v for q, v in self.tokens_in.items() if v} == {q: v for q, v in tokens.items() if v}, \
+            "tokens per queue out of sync"
+        self.cluster.validate_counted({e.job_id: e.queue for e in adm})
         granted = sum(e.clone_cpu for e in jobs)
         assert abs(self.clone_budget.used - granted) < 1e-6, "clone budget out of sync"

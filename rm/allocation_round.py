@@ -95,17 +95,7 @@ class AllocationRound:
     def queue_figures(self) -> dict[str, tuple[float, int, float]]:
         """Per leaf queue: (CPUs held, tokens, CPUs its jobs could use now), as every view of
         the queues shows them (the report's rows, /api/queues, /metrics, the dashboard)."""
-        out: dict[str, list] = {}
-        held = self.cluster.held
-        for e in list(self.jobs.values()):
-            f = out.get(e.queue)
-            if f is None:
-                f = out[e.queue] = [0.0, 0, 0.0]
-            if e.admitted:
-                f[0] += held(e.job_id)
-                f[1] += e.tokens
-            f[2] += e.demand
-        return {q: (f[0], f[1], f[2]) for q, f in out.items()}
+        return self.admission.queue_figures()
 
     def holding(self) -> dict[str, float]:
         """Each leaf queue's held CPUs: its admitted jobs' (never more than the live cores)."""

@@ -36,6 +36,10 @@ class ClusterLoad:
         # per job: the sum over live servers, in milli-CPUs (integers: no drift).
         self._pn_held: list[tuple] = [((), ())] * n
         self._held: dict[int, int] = {}
+        # ... and per leaf queue, its admitted jobs' (kept as heartbeats move it: the allocation
+        # round's figures do not sum every job): admitted job -> leaf, leaf -> milli-CPUs
+        self._leaf_of: dict[int, str] = {}
+        self._leaf_held: dict[str, int] = {}
         self._pn_time = [-math.inf] * n             # its last heartbeat's time, on its clock
         self._pn_boot = [math.nan] * n              # ...and boot time, on its clock
 
@@ -92,6 +96,7 @@ class ClusterLoad:
     def _set_held(self, s: int, jobs: tuple, milli: tuple) -> None:
         """Server ``s`` now runs ``milli`` milli-CPUs of regular attempts of each of ``jobs``."""
         held = self._held
+        leaf_of, leaf_held = self._leaf_of, self._leaf_held
         old_jobs, old_milli = self._pn_held[s]
         for j, m in zip(old_jobs, old_milli):
             left = held[j] - m
@@ -99,9 +104,29 @@ class ClusterLoad:
                 held[j] = left
             else:
                 del held[j]
+            q = leaf_of.get(j)
+            if q is not None:
+                leaf_held[q] -= m
         for j, m in zip(jobs, milli):
             held[j] = held.get(j, 0) + m
+            q = leaf_of.get(j)
+            if q is not None:
+                leaf_held[q] += m
         self._pn_held[s] = (jobs, milli)
+
+    def count_in(self, job_id: int, leaf: str) -> None:
+        """The job is admitted to ``leaf``: what it holds counts as the leaf's."""
+        self._leaf_of[job_id] = leaf
+        self._leaf_held[leaf] = self._leaf_held.get(leaf, 0) + self._held.get(job_id, 0)
+
+    def count_out(self, job_id: int) -> None:
+        """The admitted job ended: what it holds no longer counts as its leaf's."""
+        leaf = self._leaf_of.pop(job_id)
+        self._leaf_held[leaf] -= self._held.get(job_id, 0)
+
+    def leaf_held(self, leaf: str) -> float:
+        """CPUs the admitted jobs of ``leaf`` run on, as the live servers last said."""
+        return self._leaf_held.get(leaf, 0) / 1000.0
 
     def held(self, job_id: int) -> float:
         """CPUs the job's regular attempts run on, as the live servers last said."""
@@ -163,3 +188,12 @@ class ClusterLoad:
             for j, m in zip(jobs, milli):
                 per_job[j] = per_job.get(j, 0) + m
         assert per_job == {j: m for j, m in self._held.items() if m}, "held CPUs out of sync"
+
+    def validate_counted(self, leaf_of: dict[int, str]) -> None:
+        """``leaf_of``: every admitted job's leaf (the admission's word)."""
+        assert self._leaf_of == leaf_of, "admitted jobs counted per leaf out of sync"
+        per_leaf: dict[str, int] = {}
+        for j, q in leaf_of.items():
+            per_leaf[q] = per_leaf.get(q, 0) + self._held.get(j, 0)
+        assert {q: m for q, m in self._leaf_held.items() if m} == {q: m for q, m in per_leaf.items() if m}, \
+            "held CPUs per leaf out of sync"
