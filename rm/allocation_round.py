@@ -16,7 +16,7 @@ from apollo.core.effects import Log, Persist, SetTimer
 from .admission import Admission
 from .cluster_load import ClusterLoad
 from .give_back_asks import GiveBackAsks
-from .jobs import JobEntry
+from .jobs import JobEntry, views_of
 from .queue_limits import under_max
 from .queues import QueueTree
 from .sharing import Allocation, SharingPolicy, Snapshot
@@ -64,7 +64,7 @@ class AllocationRound:
         out: list = []
         total = cluster.whole_cores()
         cap = cluster.cores()
-        snap = Snapshot(now, float(total), tuple(e.view(cluster.held(e.job_id)) for e in jobs.values()))
+        snap = Snapshot(now, float(total), views_of(jobs.values(), cluster.held_milli))
         alloc = self.policy.allocate(snap)
         self.checked = (snap, alloc)         # for validate(): the policy's invariants, once per round
         grants = under_max(self.tree, jobs, alloc.tokens, total) if adm.has_max else alloc.tokens

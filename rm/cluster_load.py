@@ -128,6 +128,11 @@ class ClusterLoad:
         """CPUs the admitted jobs of ``leaf`` run on, as the live servers last said."""
         return self._leaf_held.get(leaf, 0) / 1000.0
 
+    @property
+    def held_milli(self) -> dict[int, int]:
+        """Job -> milli-CPUs its regular attempts run on (read-only: the round's snapshot)."""
+        return self._held
+
     def held(self, job_id: int) -> float:
         """CPUs the job's regular attempts run on, as the live servers last said."""
         return self._held.get(job_id, 0) / 1000.0

@@ -39,6 +39,9 @@ class JobEntry:
     clones: int = 1                  # Dolly: attempts per task (1: not cloned) ...
     clone_cpu: float = 0.0           # ... and the CPUs of the clone budget granted for them ...
     clones_low: bool = False         # ... running at low priority (granted above tau)
+    # its last JobView and the milli-CPUs it showed held (views_of rebuilds it only on a change)
+    last_view: Any = None
+    last_view_held: int = -1
 
     def view(self, held: float) -> JobView:
         s = self.spec
@@ -49,3 +52,22 @@ class JobEntry:
 def first_demand(spec: JobSpec) -> float:
     """CPUs a job can use when it starts: its first stages' tasks."""
     return float(sum(s.cpu * s.tasks for s in spec.stages if not s.depends_on))
+
+
+def views_of(entries, held_milli: dict[int, int]) -> tuple[JobView, ...]:
+    """Every job's view for an allocation round's snapshot (``held_milli``: job -> milli-CPUs
+    its regular attempts run on). A round reads every job and few move between rounds, so a
+    job's view is rebuilt only when what it shows moved (demand, tokens, admission, CPUs held;
+    the rest is its spec's)."""
+    out = []
+    append = out.append
+    held = held_milli.get
+    for e in entries:
+        m = held(e.job_id, 0)
+        v = e.last_view
+        if (v is None or e.last_view_held != m or v.demand != e.demand or v.tokens != e.tokens
+                or v.admitted != e.admitted):
+            v = e.last_view = e.view(m / 1000.0)
+            e.last_view_held = m
+        append(v)
+    return tuple(out)
