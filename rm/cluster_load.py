@@ -27,6 +27,10 @@ class ClusterLoad:
         self.boot_times = np.zeros(n)
         self.alive = np.zeros(n, dtype=np.uint8)
         self.alive_n = 0                 # alive.sum(), kept (capacity is read per admission)
+        # At most the oldest live server's stamp: mark_dead scans the servers only once a stamp
+        # this old could be overdue (a heartbeat lowers it to its own stamp if that is older;
+        # a scan sets it to the oldest again).
+        self._oldest_stamp = math.inf
         self._running = [0] * n
         self._queued = [0] * n
         self._cpu_free = [float(server_cores)] * n
@@ -65,7 +69,9 @@ class ClusterLoad:
             self._pn_boot[s] = hb.boot_time
             self.boot_times[s] = hb.boot_time + shift
         self.matrices[s] = hb.matrix
-        self.stamps[s] = hb.time + shift
+        self.stamps[s] = stamp = hb.time + shift
+        if stamp < self._oldest_stamp:
+            self._oldest_stamp = stamp
         if hb.jobs or self._pn_held[s][0]:
             self._set_held(s, tuple(hb.jobs), tuple(int(round(c * 1000)) for c in hb.job_cpus))
         self._running[s] = hb.running
@@ -80,7 +86,12 @@ class ClusterLoad:
     def mark_dead(self, now: float, dead_after_s: float) -> tuple[int, ...]:
         """Servers whose heartbeats stopped over ``dead_after_s`` ago are dead (and hold
         nothing); those found now."""
-        stale = (self.alive == 1) & (now - self.stamps > dead_after_s)
+        if now - self._oldest_stamp <= dead_after_s:
+            return ()       # (every live stamp is at least as young: none is overdue)
+        live = self.alive == 1
+        stale = live & (now - self.stamps > dead_after_s)
+        fresh = live & ~stale
+        self._oldest_stamp = float(self.stamps[fresh].min()) if fresh.any() else math.inf
         if not stale.any():
             return ()
         for s in np.flatnonzero(stale).tolist():
@@ -186,6 +197,8 @@ class ClusterLoad:
     def validate(self) -> None:
         assert self.matrices.shape == (self.servers, self.shapes)
         assert self.alive_n == int(self.alive.sum())
+        assert not self.alive_n or self._oldest_stamp <= self.stamps[self.alive == 1].min(), \
+            "a live server's stamp is older than the dead scan's bound"
         per_job: dict[int, int] = {}
         for s, (jobs, milli) in enumerate(self._pn_held):
             assert not jobs or self.alive[s], "a dead server holds CPUs"

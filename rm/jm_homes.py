@@ -85,7 +85,9 @@ class JmHomes:
             if h in self.heard and now - self.host_seen.get(h, 0.0) > limit and now - started_at > limit:
                 self.hosts_alive.remove(h)
                 out.append(Log("host_dead", (h, now)))
-        if self.hosts_alive:
+        alive = self.hosts_alive
+        # (only when some job is homed at a host not alive: an admitted job always has a home)
+        if alive and any(n and h not in alive for h, n in self._host_jobs.items()):
             for e in self.jobs.values():
                 if e.admitted and e.state == "running" and e.host not in self.hosts_alive:
                     out += self._rehome(e, now)
@@ -103,4 +105,5 @@ class JmHomes:
         for e in self.jobs.values():
             if e.host:
                 homed[e.host] = homed.get(e.host, 0) + 1
+            assert e.host or not e.admitted, "an admitted job with no JM host"
         assert homed == {h: n for h, n in self._host_jobs.items() if n}, "jobs per JM host out of sync"
