@@ -26,25 +26,33 @@ class HostReports:
         h = r.host
         homes, adm = self.homes, self.admission
         out: list = homes.heard_from(h, now)
-        held = set()
-        jobs = self.jobs
+        held = set()                 # its jobs it reports
+        add = held.add
+        get = self.jobs.get
         late = self.late_s
         for job_id, seq, demand, in_use in zip(r.jobs.tolist(), r.seqs.tolist(), r.demand.tolist(),
                                                r.in_use.tolist()):
-            e = jobs.get(job_id)
+            e = get(job_id)
             if e is None or e.state != "running":
                 out.append(Send(h, ReleaseJob(job_id, True)))      # finished, or cancelled: stop it
                 continue
-            if not e.admitted or not e.host:
+            if e.host == h and e.admitted:
+                if seq == e.seq and demand == e.demand and in_use == e.in_use:
+                    # the common row: what the RM holds already (it had heard the last grant)
+                    add(job_id)
+                    t, u = e.tokens, e.in_use
+                    e.may_run = u if u > t else t          # (max(e.tokens, e.in_use))
+                    continue
+            elif not e.admitted or not e.host:
                 # a restarted RM that had not re-admitted it yet: it is this host's
                 homes.home(e, h)
                 if not e.admitted:
                     out += adm.admit_waiting(e, 0, now, offer=False)
                 out.append(Persist("home", (job_id, h, e.generation)))
-            elif e.host != h:
+            else:
                 out.append(Send(h, ReleaseJob(job_id, False)))     # adopted by another host
                 continue
-            held.add(job_id)
+            add(job_id)
             if seq < e.seq and now - e.tokens_at > late:      # (not one still on its way)
                 m = self.messages.resend(e, now)
                 if m is not None:
@@ -55,11 +63,13 @@ class HostReports:
             elif seq >= e.seq:
                 e.may_run = max(e.tokens, e.in_use)
         for job_id, done in zip(r.progress_jobs.tolist(), r.progress):
-            e = jobs.get(job_id)
+            e = get(job_id)
             if e is not None and e.host == h and e.state == "running":
                 e.done = done
                 out.append(Persist("progress", (job_id, done)))
-        for e in jobs.values():
+        if len(held) == homes.homed_at(h):
+            return out              # (it reported every job homed there)
+        for e in self.jobs.values():
             if e.host == h and e.admitted and e.job_id not in held and now - e.offered_at >= late:
                 # The host does not run it: its StartJob was lost, or the host restarted and lost
                 # its JM, whose attempts may still be queued or running at PNs. Offered again as

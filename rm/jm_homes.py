@@ -53,6 +53,10 @@ class JmHomes:
         load = self._host_jobs
         return min(hosts, key=lambda h: load.get(h, 0))
 
+    def homed_at(self, host: str) -> int:
+        """Live jobs homed at ``host``."""
+        return self._host_jobs.get(host, 0)
+
     def home(self, e: JobEntry, host: str) -> None:
         """``e`` is (now) homed at ``host`` ("": nowhere, as it ends)."""
         load = self._host_jobs
