@@ -119,7 +119,8 @@ class JmHost:
         out: list = []
         apply_row = self.view.apply_row
         jms = self.jms
-        touch, unreported = self.interest.touch, self._unreported.add
+        # (ViewInterest.touch and _touch, as bound set adds: one report per task comes this way)
+        touch, unreported = self.interest.touched.add, self._unreported.add
         for b in batches:
             apply_row(b.server, b.matrix, b.matrix_time, b.time, now)
             job_id = b.job_id
