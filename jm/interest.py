@@ -80,6 +80,11 @@ class ViewInterest:
                 else:
                     due_at.pop(job_id, None)
         self.touched.clear()
+        if len(due) > 2 * len(due_at) + 64:
+            # (stale entries go when their time passes; those of times far ahead, or of jobs gone,
+            # are dropped here, so the heap stays of the order of the live jobs)
+            self.due = [(at, job_id) for job_id, at in due_at.items()]
+            heapq.heapify(self.due)
 
     def to_ask(self, jms: dict, now: float) -> tuple[list[int], int | None]:
         """The jobs to ask ``wants_view`` at ``now``, in the host's job order (every job that

@@ -204,3 +204,27 @@ def test_a_view_no_job_is_asked_about_still_finds_its_idle_servers_as_before(ask
     asked(h, cluster_view(h, 1.0), 1.0)
     got, _ = asked(h, cluster_view(h, 2.0), 2.0)
     assert got == [] and h.view._idle_checked_at == 2.0 and len(h.view._idle) == TOPO.servers   # (4 cores each)
+
+
+def test_the_heap_of_watchdog_times_stays_of_the_order_of_the_live_jobs():
+    from jm.interest import ViewInterest
+
+    class Jm:       # (what the index reads of a JM)
+        def __init__(self):
+            self.tasks = type("T", (), {"waiting": np.zeros(1, bool)})()
+            self.watchdog = type("W", (), {"watch_at": 0.0})()
+
+        def needs_view(self):
+            return False
+    vi = ViewInterest(dups=True)
+    jms = {1: Jm(), 2: Jm()}
+    for j in jms:
+        vi.started(j)
+    for k in range(1000):                  # times moved far ahead at every stimulus
+        jms[1].watchdog.watch_at = 1e6 + k
+        vi.touch(1)
+        vi.to_ask(jms, 0.0)
+    assert len(vi.due) <= 2 * len(vi.due_at) + 64 + 1 and vi.due_at == {1: 1e6 + 999}   # (2's was due at once)
+    jms[1].watchdog.watch_at = 5.0
+    vi.touch(1)
+    assert vi.to_ask(jms, 5.0)[0] == [1]
