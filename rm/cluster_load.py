@@ -31,6 +31,10 @@ class ClusterLoad:
         # this old could be overdue (a heartbeat lowers it to its own stamp if that is older;
         # a scan sets it to the oldest again).
         self._oldest_stamp = math.inf
+        # The lightly-loaded list of the last view with the waits and liveness it was worked out
+        # from: most views find both the same (idle servers' heartbeats change neither), and
+        # comparing them costs a fraction of the partition
+        self._light: tuple[tuple[bytes, bytes], np.ndarray] | None = None
         self._running = [0] * n
         self._queued = [0] * n
         self._cpu_free = [float(server_cores)] * n
@@ -180,6 +184,13 @@ class ClusterLoad:
         return np.array(self._cpu_free, dtype=np.float64)
 
     def lightly_loaded(self) -> np.ndarray:
+        """The live servers with the shortest waits (for their first shape), in server order."""
+        key = (self.matrices[:, 0].tobytes(), self.alive.tobytes())
+        if self._light is None or self._light[0] != key:
+            self._light = (key, self._shortest_waits())
+        return self._light[1].copy()
+
+    def _shortest_waits(self) -> np.ndarray:
         n = self.servers
         k = self.lightly_loaded_n or max(8, n // 10)
         wait = np.where(self.alive == 1, self.matrices[:, 0], np.inf)
