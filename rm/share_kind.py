@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import operator
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
@@ -26,13 +25,12 @@ import numpy as np
 from .give_back import take_back
 from .queue_order import ORDERS, runs_without_token, split_leaf
 from .share_math import EPS, whole_tokens
+from .snapshot_columns import SnapshotColumns
 from .sharing_types import Allocation, Owed, Round, Snapshot
 
 if TYPE_CHECKING:
     from .queues import Limits, QueueSpec, QueueTree
 
-_FIELDS = operator.attrgetter("weight", "demand", "running", "admitted", "priority", "submitted_at",
-                              "job_id", "queue", "user")
 
 
 class SharingKind:
@@ -44,6 +42,7 @@ class SharingKind:
         self._leaves = tree.leaves()
         self._leaf_of: dict[str, int] = {}              # queue name a job gives -> leaf index
         self._index = {q.path: i for i, q in enumerate(self._leaves)}
+        self.columns = SnapshotColumns(self._leaf_index)   # the snapshot's, kept from round to round
         self.last_deficit = 0.0                         # CPUs asked back in the last round (queues' and users')
 
     # ---- the rules a kind supplies -----------------------------------------------------------
@@ -92,17 +91,12 @@ class SharingKind:
         """The RM's one call."""
         jobs = snap.jobs
         n, L = len(jobs), len(self._leaves)
-        # One pass over the job objects; everything after works on columns.
-        rows = list(map(_FIELDS, jobs))
-        cols = np.array([r[:7] for r in rows], dtype=float).reshape(n, 7)
+        # One pass over the job objects (the rows that moved since the last round); everything
+        # after works on columns.
+        c = self.columns.of(jobs)
+        cols, leaf, users, rank, ids = c.cols, c.leaf, c.users, c.rank, c.ids
         w, d, running = np.maximum(cols[:, 0], EPS), np.maximum(cols[:, 1], 0.0), cols[:, 2]
         admitted = cols[:, 3] > 0
-        rank = np.empty(n, dtype=np.int64)
-        rank[np.lexsort((cols[:, 6], cols[:, 5], -cols[:, 4]))] = np.arange(n)
-        leaf_of, index = self._leaf_of, self._leaf_index
-        leaf = np.array([leaf_of[r[7]] if r[7] in leaf_of else index(r[7]) for r in rows], dtype=np.int64)
-        ucodes: dict[str, int] = {}
-        users = np.array([ucodes.setdefault(r[8], len(ucodes)) for r in rows], dtype=np.int64)
         total = int(math.floor(max(0.0, snap.capacity) + 1e-9))
         needs = d > 0
 
@@ -136,11 +130,10 @@ class SharingKind:
         got = whole_tokens(x[ai], total, (needs & ~starved & ~tokenless)[ai])   # (promised a token)
         grant = np.zeros(n, dtype=np.int64)
         grant[ai] = got
-        ids = [r[6] for r in rows]
 
         holding = np.bincount(leaf, weights=np.where(adm, running, 0.0), minlength=L).astype(float)
         r = Round(now=snap.now, limits=self.tree.resolve(snap.capacity), shares=shares, leaf_demand=leaf_demand,
-                  holding=holding, leaf=leaf, user=users, user_names=tuple(ucodes), admitted=adm, demand=d,
+                  holding=holding, leaf=leaf, user=users, user_names=c.user_names, admitted=adm, demand=d,
                   allocation=x, running=running, rank=rank, priority=cols[:, 4], submitted_at=cols[:, 5])
         owed = self.owed(r)
         self.last_deficit = sum(a.want for a in owed.asks)
@@ -218,6 +211,7 @@ class SharingKind:
         stay within demand and max and meet guarantees; kills stay within the deficits (queues'
         and users') and leave every leaf whose users do not reclaim at or above its floor; every
         waiting job has a position. Then the kind's own (``check``)."""
+        self.columns.validate(snap.jobs)
         byid = {j.job_id: j for j in snap.jobs}
         leaf_of = {j.job_id: self.tree.leaf(j.queue) for j in snap.jobs}
         total = math.floor(max(0.0, snap.capacity) + 1e-9)
