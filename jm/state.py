@@ -64,7 +64,7 @@ class JmState:
         # state moves only within a stimulus (start, release, on_status, handle, on_view), each
         # of which drops it first, so the host's reports and views between stimuli reuse one
         # computation (validate checks it against a fresh one).
-        self.row: tuple | None = None
+        self.row: tuple[int, int] | None = None
         self.tasks = tasks = TaskTable(job_id, spec, tokens, config, generation)
         self.watchdog = watchdog = Watchdog(tasks, config)
         self.placement = placement = Placement(tasks, watchdog, config, view, clones)
