@@ -1,7 +1,8 @@
-"""The RM's figures kept as they move (per-queue demand, tokens and held CPUs; the dead-server
-and dead-host checks by deadline): after any sequence of stimuli they equal a fresh count over
-every job and server. RmState.validate checks the kept sums against a recomputation; this test
-also holds queue_figures against the plain sums."""
+"""The RM's figures kept as they move (per-queue demand, tokens and held CPUs, the dead scan's
+bound on the live servers' stamps, a round's snapshot columns): after any sequence of stimuli
+they equal a fresh count over every job and server. RmState.validate (called after every
+stimulus here) checks each against a recomputation; this test also holds queue_figures against
+the plain sums over every job."""
 from __future__ import annotations
 
 import math
