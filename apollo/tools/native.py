@@ -54,7 +54,8 @@ DEPENDS = ("apollo.core.cluster", "apollo.core.lifecycle", "apollo.core.shapes",
            "rm.sharing", "rm.store", "jm.config", "jm.candidates", "jm.policies.base",
            "jm.policies.deferral", "jm.policies.delay", "jm.policies.gate", "jm.policies.matchers",
            "jm.policies.offers", "jm.policies.sparrow", "rm.give_back", "rm.queue_order", "rm.share_capacity",
-           "rm.share_fair", "rm.share_kind", "rm.share_math", "rm.sharing_types")
+           "rm.share_fair", "rm.share_kind", "rm.share_math", "rm.sharing_types", "rm.exact_sum",
+           "rm.snapshot_columns")
 # Error codes the checker is told to ignore: none. Types are checked throughout: a compiled
 # function called with the wrong type from compiled code is not checked at run time (a tuple
 # passed for a list[...] crashed the process).
