@@ -233,7 +233,8 @@ class JmState:
         self._schedule(now, rng, out)
         report = self.row = self._report()      # (nothing below moves it)
         clone_left = att.clones_needed() if att.clone_cpu > 0 else -1.0
-        if report != self.last_report or clone_left < att.clone_cpu:
+        # (clone_left is -1 for a job not cloned: only a cloned job's shrinking grant is news)
+        if report != self.last_report or 0 <= clone_left < att.clone_cpu:
             self.last_report = report
             if clone_left >= 0:
                 att.clone_cpu = clone_left        # what the RM is told it may take back
