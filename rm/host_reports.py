@@ -26,7 +26,7 @@ class HostReports:
         h = r.host
         homes, adm = self.homes, self.admission
         out: list = homes.heard_from(h, now)
-        held = set()                 # its jobs it reports
+        held: set[int] = set()       # its jobs it reports
         add = held.add
         get = self.jobs.get
         late = self.late_s

@@ -59,7 +59,7 @@ def views_of(entries, held_milli: dict[int, int]) -> tuple[JobView, ...]:
     its regular attempts run on). A round reads every job and few move between rounds, so a
     job's view is rebuilt only when what it shows moved (demand, tokens, admission, CPUs held;
     the rest is its spec's)."""
-    out = []
+    out: list[JobView] = []
     append = out.append
     held = held_milli.get
     for e in entries:
