@@ -82,8 +82,12 @@ class Admission:
         # still hold is given back within the queue's timeout).
         now_round = ok and e.demand > free and below_guarantee(self.tree, self.jobs, leaf, total)
         if ok and not now_round and (e.demand <= 0 or free >= 1 or runs_without_token(q)):
-            self.grant_cap = total
-            out += self.admit(e, int(min(e.demand, max(free, 0))) if e.demand > 0 else 0, now)
+            tokens = int(min(e.demand, max(free, 0))) if e.demand > 0 else 0
+            if tokens:
+                # (tokens handed out now fit today's cores; a job admitted without one hands out
+                # nothing, and the others' grants from a larger cluster stand until the round)
+                self.grant_cap = total
+            out += self.admit(e, tokens, now)
             return ADMITTED
         self.waiting_in[leaf] = self.waiting_in.get(leaf, 0) + 1
         self.positions[e.job_id] = (leaf, self.waiting_in[leaf])
