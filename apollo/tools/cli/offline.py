@@ -17,6 +17,7 @@ BENCHES = {
     "scale": "simulated decisions per wall second at 1k-100k servers",
     "longspan": "heavy-tailed long tasks: decisions per wall s, wall s per simulated hour and day",
     "throughput": "live cluster: no-op tasks/s, round trip, efficiency on short tasks",
+    "jobpath": "a 1-task job's critical path in process: each actor's and the codec's CPU per step",
     "delay": "delay scheduling: locality and response time vs the wait",
     "fairshare": "fair pools: time for a starved pool to reach its fair share",
     "capacity": "capacity queues: time for a queue to get its guarantee back, kills, user limit",
