@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from apollo.core.effects import Log, Persist, Send, SetTimer, Start, Timer
-from apollo.core.messages import CancelJob, Heartbeat, HostReport, JobAccepted, JobDemand, JobDone, SubmitJob
+from apollo.core.messages import (CancelJob, Heartbeat, HostReport, JobAccepted, JobDemand, JobDone, JobQuery,
+                                  SubmitJob)
 from apollo.core.spec import JobSpec
 
 from .admission import ROUND_NOW, ROUND_SOON, Admission
@@ -199,6 +200,8 @@ class RmState:
             return self.rounds.run(now)      # "soon" (waiting jobs) or "policy" (a timeout)
         if t is SubmitJob:
             return self._on_submit(event, now)
+        if t is JobQuery:
+            return self._queried(event)
         if t is JobDemand:
             e = self.jobs.get(event.job_id)
             if e is not None and e.state == "running":
@@ -315,14 +318,26 @@ class RmState:
     def _resubmitted(self, msg: SubmitJob) -> list:
         """A retried submission (same key): acknowledge the job stored for it again, and repeat
         its outcome if it has finished (the first answers may have been lost)."""
-        job_id = self.by_key[msg.key]
+        return self._stored_answer(self.by_key[msg.key], msg.spec.name, msg.reply_to, msg.key)
+
+    def _queried(self, q: JobQuery) -> list:
+        """A client asking after the job of its submission ``q.key``: answered as a retried
+        submission is; an unknown key is refused, naming it."""
+        job_id = self.by_key.get(q.key) if q.key else None
+        if job_id is None:
+            why = f"no job is stored for submission key {q.key!r}"
+            return [Send(q.reply_to, JobAccepted(0, "", False, why, q.key))]
         e = self.jobs.get(job_id)
-        out: list = [Send(msg.reply_to, JobAccepted(job_id, msg.spec.name, True, "already stored", msg.key))]
+        return self._stored_answer(job_id, e.spec.name if e is not None else "", q.reply_to, q.key)
+
+    def _stored_answer(self, job_id: int, name: str, reply_to: str, key: str) -> list:
+        e = self.jobs.get(job_id)
+        out: list = [Send(reply_to, JobAccepted(job_id, name, True, "already stored", key))]
         if e is not None:
-            e.reply_to = msg.reply_to        # a restarted client listens elsewhere
+            e.reply_to = reply_to        # a restarted client listens elsewhere
         done = self.outcomes.get(job_id)
         if done is not None:
-            out.append(Send(msg.reply_to, done))
+            out.append(Send(reply_to, done))
         return out
 
     def _recover(self, now: float, stored: StoredJobs | None) -> list:

@@ -6,8 +6,8 @@ import pytest
 from apollo.tools.chaos import check_seed
 from apollo.core.effects import Send, Start
 from apollo.core.lifecycle import TaskState
-from apollo.core.messages import (Dispatch, Holding, HostReport, JobAccepted, JobDone, ProbeJob, ProbeTask, ReleaseJob,
-                             StartJob, SubmitJob, TaskSpec, TokenGrant)
+from apollo.core.messages import (Dispatch, Holding, HostReport, JobAccepted, JobDone, JobQuery, ProbeJob, ProbeTask,
+                             ReleaseJob, StartJob, SubmitJob, TaskSpec, TokenGrant)
 from apollo.runtime.sim import NetModel
 from apollo.tools.simulate import SimConfig, run_simulation
 from apollo.core.spec import JobSpec, StageSpec
@@ -44,6 +44,35 @@ def test_a_retried_submission_is_stored_once_and_answered_with_its_outcome():
     r.handle(JobDone(acc.msg.job_id, True, "", 3.0, 4), 3.0, Rng())
     after = r.handle(SubmitJob(-1, job(), "c3", "key-1"), 4.0, Rng())
     assert [type(e.msg) for e in after if isinstance(e, Send)] == [JobAccepted, JobDone]
+
+
+def test_a_query_by_key_is_answered_as_a_retried_submission_without_the_job_riding_along():
+    r = RmState(RmConfig(4, 20))
+    first = r.handle(SubmitJob(-1, job(name="q"), "c", "key-1"), 1.0, Rng())
+    job_id = sends(first, JobAccepted)[0].msg.job_id
+    (acc,) = sends(r.handle(JobQuery("key-1", "c2"), 2.0, Rng()), JobAccepted)
+    assert acc.to == "c2" and acc.msg.accepted and acc.msg.job_id == job_id and acc.msg.name == "q"
+    assert len(r.jobs) == 1 and r.jobs[job_id].reply_to == "c2"      # a restarted client listens elsewhere
+    r.handle(JobDone(job_id, True, "", 3.0, 4), 3.0, Rng())
+    after = r.handle(JobQuery("key-1", "c2"), 4.0, Rng())
+    assert [type(e.msg) for e in after if isinstance(e, Send)] == [JobAccepted, JobDone]
+    (lost,) = sends(r.handle(JobQuery("key-9", "c"), 5.0, Rng()), JobAccepted)
+    assert not lost.msg.accepted and "'key-9'" in lost.msg.reason and lost.msg.key == "key-9"
+
+
+def test_the_simulated_client_asks_after_an_accepted_job_by_key_and_resubmits_one_the_rm_lost():
+    from apollo.core.effects import Timer
+    from apollo.tools.simulate import Client, Submit
+
+    class Runtime:
+        stopped = False
+    c = Client(1, Runtime(), {0: job(name="s")})
+    assert [type(e.msg) for e in c.handle(Submit(0), 0.0, Rng()) if isinstance(e, Send)] == [SubmitJob]
+    c.handle(JobAccepted(0, "s", True, "", "sim:0"), 0.1, Rng())
+    polled = [e.msg for e in c.handle(Timer("check"), Client.POLL_S, Rng()) if isinstance(e, Send)]
+    assert [type(m) for m in polled] == [JobQuery] and polled[0].key == "sim:0"
+    again = c.handle(JobAccepted(0, "", False, "no job is stored for submission key 'sim:0'", "sim:0"), 31.0, Rng())
+    assert [type(e.msg) for e in again if isinstance(e, Send)] == [SubmitJob] and c.finished == 0
 
 
 def test_token_messages_are_numbered_and_resent_to_a_host_that_missed_one():

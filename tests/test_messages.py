@@ -135,6 +135,7 @@ def samples():
         ("ReadLog", M.ReadLog(5, 2, 1, True, 4096, 1 << 20, "logs-reader:1")),
         ("LogChunk", M.LogChunk(5, 2, 1, False, 0, 6, b"hello\n")),
         ("LogChunk-none", M.LogChunk(5, 2, 1, True, 0, -1, b"")),
+        ("JobQuery", M.JobQuery("k1", "client")),
     ]
 
 

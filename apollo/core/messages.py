@@ -221,6 +221,19 @@ wire(JobAccepted, 2)
 
 
 @dataclass
+class JobQuery(Message):
+    """Client -> RM: what became of the job stored for submission ``key``? Answered as a
+    repeated submission is (JobAccepted, and the JobDone once the job has finished) without the
+    job's spec riding along again: what a waiting client asks with once its job was accepted.
+    A key the RM holds no job for is answered with a refusal that names it."""
+    key: str = field(metadata=STR)
+    reply_to: str = field(metadata=STR)
+
+
+wire(JobQuery, 29)
+
+
+@dataclass
 class StartJob(Message):
     """RM -> JM host: the capacity plane admitted the job; create its JM (or, for a JM the host
     already runs, a token grant). ``seq`` orders it with the job's TokenGrants; ``generation``

@@ -8,7 +8,7 @@ import numpy as np
 
 from apollo.core.cluster import IoModel, Topology
 from apollo.core.effects import Send, SetTimer, Timer
-from apollo.core.messages import JobAccepted, JobDone, SubmitJob
+from apollo.core.messages import JobAccepted, JobDone, JobQuery, SubmitJob
 from apollo.core.records import AttemptLog, Recorder
 from apollo.tools.report import build_report
 from apollo.runtime.sim import NetModel, SimRuntime
@@ -109,8 +109,8 @@ class Submit:
 class Client:
     """The submitting side: counts answers and stops the run when every job has one; in a
     closed loop (``backlog``), submits the next job as each one ends. A submission is retried
-    with its idempotency key until the RM acknowledges it, then repeated now and then until
-    the job's outcome comes (the RM answers a repeat with the outcome once there is one), so
+    with its idempotency key until the RM acknowledges it, then asked after by that key now and
+    then until the job's outcome comes (the RM answers with the outcome once there is one), so
     a lost message or a crashed RM loses no job. One timer checks every outstanding job (not
     a timer per job: a cluster-sized run submits thousands)."""
     RETRY_S = 5.0         # unacknowledged: submit again after this long
@@ -136,7 +136,10 @@ class Client:
         elif t is Timer:
             self._armed = False
             for i, at in list(self.sent_at.items()):
-                if now - at >= (self.POLL_S if i in self.accepted else self.RETRY_S) - 1e-9:
+                if i in self.accepted:
+                    if now - at >= self.POLL_S - 1e-9:
+                        out += self._ask(i, now)
+                elif now - at >= self.RETRY_S - 1e-9:
                     out += self._submit(i, now)
             out += self._arm()
         elif t is JobDone:
@@ -149,6 +152,13 @@ class Client:
         elif t is JobAccepted:
             if event.accepted:
                 self.accepted.add(event.job_id)
+            elif event.key.startswith("sim:") and int(event.key[4:]) in self.accepted:
+                # asked after by its key, the job is not stored (the RM lost its store): submit
+                # it again
+                i = int(event.key[4:])
+                self.accepted.discard(i)
+                if i not in self.results:
+                    out += self._submit(i, now)
             elif event.job_id not in self.refused and event.job_id not in self.results:
                 self.refused.add(event.job_id)
                 self.sent_at.pop(event.job_id, None)
@@ -161,6 +171,12 @@ class Client:
     def _submit(self, i: int, now: float) -> list:
         self.sent_at[i] = now
         return [Send("rm", SubmitJob(i, self.jobs[i], "client", f"sim:{i}"))] + self._arm()
+
+    def _ask(self, i: int, now: float) -> list:
+        """An accepted job's outcome asked after by its key (the RM stored the job before it
+        said so): the spec need not ride along again."""
+        self.sent_at[i] = now
+        return [Send("rm", JobQuery(f"sim:{i}", "client"))] + self._arm()
 
     def _arm(self) -> list:
         if self._armed or not self.sent_at:
