@@ -106,13 +106,13 @@ def run(events: list, tree: QueueTree) -> None:
         assert same_figures(r.queue_figures(), plain_figures(r))
 
 
-@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hs.lists(event, min_size=20, max_size=80))
 def test_kept_queue_sums_equal_a_fresh_count_in_pools(events):
     run(events, POOLS)
 
 
-@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hs.lists(event, min_size=20, max_size=80))
 def test_kept_queue_sums_equal_a_fresh_count_in_one_queue(events):
     run(events, single_queue("fifo"))

@@ -83,10 +83,19 @@ def test_chaos_on_a_cluster_survives_a_pn_killed_mid_sweep(cluster, tmp_path):
     # the JSON of a local run
     args = ["bench", "compare", "--workloads", "heavytail", "--loads", "0.7", "--schedulers", "apollo,greedy",
             "--jobs", "30"]
-    for where, extra in (("local", []), ("cluster", ["--cluster", str(folder)])):
-        done = subprocess.run([sys.executable, "-m", "apollo.tools.cli", *args, *extra, "--json",
-                               str(tmp_path / f"{where}.json")], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stdout + done.stderr
+    # (both at once: each is a few processes waiting on each other most of the time)
+    runs = [subprocess.Popen([sys.executable, "-m", "apollo.tools.cli", *args, *extra, "--json",
+                              str(tmp_path / f"{where}.json")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+            for where, extra in (("local", []), ("cluster", ["--cluster", str(folder)]))]
+    try:
+        for run in runs:
+            text, _ = run.communicate(timeout=120)
+            assert run.returncode == 0, text
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
     local, on_cluster = (json.loads((tmp_path / f"{w}.json").read_text()) for w in ("local", "cluster"))
     assert on_cluster["setup"].pop("cluster") == str(folder)
     assert on_cluster == local and local["deterministic"]
