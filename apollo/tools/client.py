@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apollo.core.messages import CancelJob, JobAccepted, JobDone, SubmitJob
+from apollo.core.messages import CancelJob, JobAccepted, JobDone, JobQuery, SubmitJob
 from apollo.runtime.live import LiveRuntime
 from apollo.core.spec import JobSpec, SpecError
 
@@ -171,12 +171,15 @@ class _Inbox:
         self.waiters: dict[int, list[asyncio.Future]] = {}   # one future per wait() call
         self.finished: dict[int, JobDone] = {}
         self.on_done = None
+        self.on_lost = None       # called with the key of a job waited for that the RM says it has not
 
     def handle(self, event, now, rng):
         if type(event) is JobAccepted:
             f = self.answers.get(event.key)
             if f is not None and not f.done():
                 f.set_result(event)        # (a second answer to a retried submission: dropped)
+            elif not event.accepted and self.on_lost is not None:
+                self.on_lost(event.key)    # (asked after by key, the job is not stored)
         elif type(event) is JobDone:
             if event.job_id in self.finished:
                 return []        # the second copy (the JM host's and the RM's both come)
@@ -219,13 +222,14 @@ class Client:
         self.rt: LiveRuntime | None = None
         self._tail = EventTail(self.folder)
         self.notes: dict[int, str] = {}       # job -> what the RM said on accepting it (where it waits)
-        self._asked: dict[int, SubmitJob] = {}    # job -> its submission (repeated while waiting)
+        self._asked: dict[int, SubmitJob] = {}    # job -> its submission (asked after by key while waiting)
         self.on_retry = None                  # called with a line to show while a submission is retried
 
     async def __aenter__(self) -> "Client":
         self.rt = LiveRuntime(self.secret, epoch=self.info.get("epoch"))
         self.rt.endpoint.on_handshake_failed = self._handshake_failed
         self.rt.endpoint.on_dial_failed = self._dial_failed
+        self.inbox.on_lost = self._submit_again
         self.rt.add(self.address, self.inbox)
         self.rt.add_route("rm", self.info["rm"])
         hosts = [p for p in self.info["processes"] if p["role"] == "jm"]
@@ -368,18 +372,29 @@ class Client:
                     del self.inbox.waiters[job_id]
 
     def _ask_again(self, job_id: int, f: asyncio.Future) -> list:
-        """While waiting: repeat the job's submission (same key) every POLL_S; the RM answers a
-        repeat about a finished job with its JobDone (both copies of the first may be lost: the
-        RM restarted, the JM host died). Returns [the timer handle] (cancel it when done)."""
+        """While waiting: ask after the job by its submission key every POLL_S (a JobQuery: the
+        spec does not ride along again); the RM answers about a finished job with its JobDone
+        (both copies of the first may be lost: the RM restarted, the JM host died), and about a
+        key it holds no job for with a refusal, on which the job is submitted again. Returns
+        [the timer handle] (cancel it when done)."""
         loop = asyncio.get_running_loop()
         handle: list = []
+        query = JobQuery(self._asked[job_id].key, self.address)
 
         def again() -> None:
             if not f.done():
-                self.rt.inject("rm", self._asked[job_id])
+                self.rt.inject("rm", query)
                 handle[0] = loop.call_later(POLL_S, again)
         handle.append(loop.call_later(POLL_S, again))
         return handle
+
+    def _submit_again(self, key: str) -> None:
+        """The RM holds no job for ``key`` (it lost its store): the waited-for job's submission
+        goes again, with the same key."""
+        for msg in self._asked.values():
+            if msg.key == key:
+                self.rt.inject("rm", msg)
+                return
 
     def position(self, job_id: int) -> tuple[str, int] | None:
         """(queue, place in line) while the job waits for admission; None once admitted."""
