@@ -26,6 +26,7 @@ class JmHomes:
         self.heard: set[str] = set()
         self.hosts_alive: list[str] = list(jm_hosts)
         self._host_jobs: dict[str, int] = {}   # JM host -> live jobs homed there (home() keeps it)
+        self._last_pick = ""                    # the host pick_host named last
 
     def restarted(self, now: float, boots: int) -> None:
         """The RM (re)started at ``now``, its ``boots``-th start (0: a store never used): every
@@ -45,13 +46,21 @@ class JmHomes:
         return [Log("host_up", (h, now))]
 
     def pick_host(self) -> str:
-        """The live JM host with the fewest jobs (the first listed, of equals): load goes where
-        there is least (a round-robin piles long jobs up by chance), and a quiet cluster keeps
-        using one host, whose process is the one running and warm (on a 2-core machine,
-        alternating two hosts cost a 1-task job's round trip ~0.1-0.3 ms)."""
+        """The live JM host with the fewest jobs (the first listed, of equals), unless the host
+        picked last has at most one job more: load goes where there is least (a round-robin
+        piles long jobs up by chance), and a quiet cluster keeps using one host, whose process
+        is the one running and warm (on a 2-core machine, alternating two hosts cost a 1-task
+        job's round trip ~0.1-0.3 ms). The slack of one job is for the race a quiet cluster runs
+        on every job: a submitter told its job is done submits the next, and that SubmitJob
+        may reach the RM before the host's JobDone does, while the host still counts one job."""
         hosts = self.hosts_alive or list(self.jm_hosts)
         load = self._host_jobs
-        return min(hosts, key=lambda h: load.get(h, 0))
+        pick = min(hosts, key=lambda h: load.get(h, 0))
+        last = self._last_pick
+        if last != pick and last in hosts and load.get(last, 0) <= load.get(pick, 0) + 1:
+            return last
+        self._last_pick = pick
+        return pick
 
     def homed_at(self, host: str) -> int:
         """Live jobs homed at ``host``."""

@@ -143,22 +143,33 @@ def test_a_pn_runs_an_attempt_sent_again_in_another_dispatch_once():
 def test_a_job_goes_to_the_jm_host_with_the_fewest_live_jobs():
     r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0", "jmhost:1")))
     homes = []
-    for k in range(3):
+    for k in range(4):
         (start,) = sends(r.handle(SubmitJob(-1, job(1), "c", f"k{k}"), 1.0 + k, Rng()), StartJob)
         homes.append(start.to)
         r.validate()
-    assert homes == ["jmhost:0", "jmhost:1", "jmhost:0"]        # 0 jobs each, then 1 and 0, then 1 each
-    r.handle(JobDone(1, True, "", 5.0, 1), 5.0, Rng())            # host 1's job ends
-    (start,) = sends(r.handle(SubmitJob(-1, job(1), "c", "k3"), 6.0, Rng()), StartJob)
-    assert start.to == "jmhost:1"                                 # 2 jobs on host 0, none on host 1
-    for j in (0, 2, 3):
+    # 0 jobs each: the first; it has one more than the other: kept; two more: the other, which
+    # is then the one kept
+    assert homes == ["jmhost:0", "jmhost:0", "jmhost:1", "jmhost:1"]
+    for j in (0, 1):
+        r.handle(JobDone(j, True, "", 5.0, 1), 5.0, Rng())        # host 0's jobs end
+    (start,) = sends(r.handle(SubmitJob(-1, job(1), "c", "k4"), 6.0, Rng()), StartJob)
+    assert start.to == "jmhost:0"                                 # 2 jobs on host 1, none on host 0
+    for j in (2, 3, 4):
         r.handle(JobDone(j, True, "", 7.0, 1), 7.0, Rng())
     r.validate()
-    # a quiet cluster keeps using the first host: one job after another all go there
-    for k in range(4, 7):
-        (start,) = sends(r.handle(SubmitJob(-1, job(1), "c", f"k{k}"), float(k + 4), Rng()), StartJob)
-        assert start.to == "jmhost:0"
-        r.handle(JobDone(start.msg.job_id, True, "", k + 4.5, 1), k + 4.5, Rng())
+
+
+def test_a_quiet_cluster_keeps_using_one_jm_host_when_a_submission_overtakes_a_jobdone():
+    """One job after another, each next SubmitJob reaching the RM before the last job's JobDone
+    (the submitter heard first): all go to the host that ran the last one."""
+    r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0", "jmhost:1")))
+    (start,) = sends(r.handle(SubmitJob(-1, job(1), "c", "k0"), 1.0, Rng()), StartJob)
+    first = start.to
+    for k in range(1, 6):
+        (start,) = sends(r.handle(SubmitJob(-1, job(1), "c", f"k{k}"), 1.0 + k, Rng()), StartJob)
+        assert start.to == first
+        r.handle(JobDone(start.msg.job_id - 1, True, "", 1.5 + k, 1), 1.5 + k, Rng())
+        r.validate()
 
 
 def test_a_pn_drops_a_duplicated_dispatch_and_remembers_how_an_attempt_ended():

@@ -171,7 +171,9 @@ def test_a_restarted_jm_host_rejoins(cluster):
             ids = [await c.submit(synthetic(f"{tag}-{i}", 2, 0.05)) for i in range(count)]
             return ids, await asyncio.wait_for(asyncio.gather(*(c.wait(j) for j in ids)), 20)
 
-    ids, _ = run(some_jobs("before", 2))        # one on each host: both are known to the RM
+    # (submitted at once: two go to the first host, which may run one more than the other, the
+    # third to the second) both hosts are known to the RM
+    ids, _ = run(some_jobs("before", 3))
     assert f"jmhost:{k}" in {job_host(folder, j) for j in ids}
     old = kill9(folder, "jm", k)
     wait_until(lambda: any(r.data[0] == f"jmhost:{k}" for r in records(folder, "host_dead")), 10,
