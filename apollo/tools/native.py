@@ -155,12 +155,15 @@ def missing_tools() -> str:
     return ""
 
 
+# One C file per module, compiled on every core: the C compiler is most of a build's time, and
+# one file for all the modules kept it on one core (2 cores: ~115 s -> ~85 s, the compiled code
+# running the same instructions: callgrind, `apollo bench scale --servers 2000`).
 _SETUP = """
-import sys
+import os, sys
 from setuptools import setup
 from mypyc.build import mypycify
-setup(name="apollo_native", script_args=["build_ext", "--inplace"],
-      ext_modules=mypycify(sys.argv[1:], opt_level="3"))
+setup(name="apollo_native", script_args=["build_ext", "--inplace", "--parallel", str(os.cpu_count() or 1)],
+      ext_modules=mypycify(sys.argv[1:], opt_level="3", multi_file=True))
 """
 
 
