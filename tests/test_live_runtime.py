@@ -45,9 +45,9 @@ class Client:
 def cluster_actors():
     """The actors and configs of apollo.tools.simulate.build(), at test speed."""
     topo = Topology(SERVERS, RACKS, 4.0, 16.0)
-    pncfg = PnConfig(cores=4.0, mem_gb=16.0, heartbeat_s=0.1, liveness_s=0.3)
+    pncfg = PnConfig(cores=4.0, mem_gb=16.0, heartbeat_s=0.1)
     shapes = pncfg.grid.size
-    rm = RmState(RmConfig(SERVERS, shapes, 4.0, 16.0, view_interval_s=0.2, dead_after_s=1.0))
+    rm = RmState(RmConfig(SERVERS, shapes, 4.0, 16.0, view_interval_s=0.2, rejoin_s=1.0))
     jmcfg = JmConfig(topology=topo, policy="apollo", io=IoModel(), grid=pncfg.grid,
                      dispatch=DispatchConfig(opportunistic=False))
     return rm, JmHost(jmcfg), [PnState(s, pncfg) for s in range(SERVERS)]
