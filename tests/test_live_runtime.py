@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from apollo.core.cluster import REMOTE, IoModel, Topology
-from apollo.core.effects import (CancelTimer, Kill, Launch, Log, PeerBack, PeerLost, Persist, Send, SetTimer, Spawn, Start,
-                                 TaskExited)
+from apollo.core.effects import (CancelTimer, Kill, Launch, Log, PeerBack, PeerLost, Persist, Send, SetTimer, Spawn,
+                                 Start, TaskExited)
 from apollo.core.messages import JobAccepted, JobDemand, JobDone, SubmitJob, TaskSpec
 from apollo.core.records import Recorder
 from apollo.runtime.executor import Executor

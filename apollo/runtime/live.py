@@ -40,8 +40,8 @@ from typing import Any, Callable
 import numpy as np
 
 from apollo.core.cluster import IoModel
-from apollo.core.effects import (CancelTimer, Kill, Launch, Log, PeerBack, PeerLost, Persist, Send, SetTimer, Spawn, Start,
-                                 Timer)
+from apollo.core.effects import (CancelTimer, Kill, Launch, Log, PeerBack, PeerLost, Persist, Send, SetTimer, Spawn,
+                                 Start, Timer)
 from apollo.core.messages import pack, unpack
 
 from .executor import Executor

@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from apollo.core.effects import (CancelTimer, Kill, Launch, Log, PeerBack, PeerLost, Persist, Send, SetTimer, Spawn, Start,
-                                 TaskExited, Timer)
+from apollo.core.effects import (CancelTimer, Kill, Launch, Log, PeerBack, PeerLost, Persist, Send, SetTimer, Spawn,
+                                 Start, TaskExited, Timer)
 from apollo.core.messages import TaskSpec, pack, unpack
 
 from .events import EventQueue
