@@ -459,7 +459,13 @@ class Endpoint:
         if self._closed:
             return
         loop = self._loop
-        now = loop.time()
+        self._ka_timer = loop.call_later(self.keepalive_s, self._keepalive)   # (first: nothing below stops it)
+        try:
+            self._keepalive_pass(loop.time())
+        except Exception:
+            log.exception("keepalive pass failed")
+
+    def _keepalive_pass(self, now: float) -> None:
         # A tick much later than asked: this loop was blocked, and what peers sent meanwhile may
         # be unread yet. Their silence is ours: it does not count.
         late = now - self._ka_at > 2 * self.keepalive_s
@@ -483,7 +489,6 @@ class Endpoint:
             hp = self._routes.get(a) or self._routes.get(a.split(":", 1)[0])
             if hp is not None and hp not in self._by_peer and a not in self._learned:
                 self._dial(hp)
-        self._ka_timer = loop.call_later(self.keepalive_s, self._keepalive)
 
     def keep(self, address: str) -> None:
         """Keep a connection to the process hosting ``address`` (its route's): dial it again every
