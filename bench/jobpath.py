@@ -30,7 +30,7 @@ from apollo.core.messages import (ClusterView, Dispatch, Heartbeat, JobAccepted,
 from apollo.core.spec import JobSpec, StageSpec
 from apollo.tools import native
 from apollo.tools.cli.options import Parser, count
-from apollo.tools.process import HOST_DEAD_AFTER_S, HOST_REPORT_S, VIEW_INTERVAL_S, pn_config
+from apollo.tools.process import HOST_DEAD_AFTER_S, HOST_REPORT_S, REJOIN_S, VIEW_INTERVAL_S, pn_config
 from jm.config import DispatchConfig, JmConfig
 from jm.host import JmHost
 from jm.policies import profile as find_profile
@@ -57,7 +57,7 @@ class JobPath:
         topo = Topology(CLUSTER["pns"], CLUSTER["racks"], CLUSTER["cpus"], CLUSTER["mem_gb"])
         self.rng = np.random.default_rng(1)
         self.rm = RmState(RmConfig(CLUSTER["pns"], pncfg.grid.size, CLUSTER["cpus"], CLUSTER["mem_gb"],
-                                   view_interval_s=VIEW_INTERVAL_S, dead_after_s=3.0,
+                                   view_interval_s=VIEW_INTERVAL_S, rejoin_s=REJOIN_S,
                                    queues=single_queue(find_profile("apollo").tokens), jm_hosts=("jmhost:0",),
                                    host_report_s=HOST_REPORT_S, host_dead_after_s=HOST_DEAD_AFTER_S))
         self.host = JmHost(JmConfig(topology=topo, policy="apollo", io=IoModel(init_s=0.0), grid=pncfg.grid,

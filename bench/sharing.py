@@ -88,10 +88,10 @@ def held(rec, jobs: set[int], times: np.ndarray) -> np.ndarray:
 
 def like_live(cfg: SimConfig) -> SimConfig:
     """``cfg`` with the live cluster's cadences (apollo.tools.process): PNs re-report within 0.2 s of a
-    change and at least every second, the RM spreads its view every 0.25 s, JM hosts report
+    change, the RM spreads its view every 0.25 s, JM hosts report
     every 0.25 s, and Apollo's JMs may dispatch opportunistic tasks."""
     from apollo.tools.process import HOST_DEAD_AFTER_S, HOST_REPORT_S, LIVE_PN, VIEW_INTERVAL_S
-    return replace(cfg, heartbeat_s=LIVE_PN["heartbeat_s"], liveness_s=LIVE_PN["liveness_s"],
+    return replace(cfg, heartbeat_s=LIVE_PN["heartbeat_s"],
                    view_interval_s=VIEW_INTERVAL_S, host_report_s=HOST_REPORT_S,
                    host_dead_after_s=HOST_DEAD_AFTER_S, opportunistic=True)
 

@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass
 
 from apollo.core.lifecycle import TaskState
-from apollo.core.messages import TaskSpec
+from apollo.core.messages import TaskReport, TaskSpec
 
 from .config import NEVER_S, PnConfig
 from .queue import release_waits
@@ -57,3 +57,30 @@ def idle_reading(cfg: "PnConfig") -> list[float]:
     if w is None:
         w = _IDLE_READINGS[key] = release_waits(0.0, cfg.cores, cfg.mem_gb, [], cfg.grid.cpu, cfg.grid.mem, NEVER_S)
     return w
+
+
+def held_by_job(running: "dict[tuple, Attempt]") -> tuple[list[int], list[float]]:
+    """The jobs with regular attempts running and the CPUs each holds (what a heartbeat tells
+    the RM jobs hold; opportunistic attempts hold nothing: docs/sharing.md)."""
+    jobs: list[int] = []
+    cpus: list[float] = []
+    for a in running.values():
+        s = a.spec
+        if s.opportunistic:
+            continue
+        j = s.job_id
+        if j in jobs:
+            cpus[jobs.index(j)] += s.cpu
+        else:
+            jobs.append(j)
+            cpus.append(s.cpu)
+    return jobs, cpus
+
+
+def end_of(ended: "list[TaskReport]", key: tuple) -> "TaskReport | None":
+    """How attempt ``key`` ended, if it is among the lately ended (newest first)."""
+    job, task, attempt = key
+    for r in reversed(ended):
+        if r.attempt == attempt and r.task == task and r.job_id == job:
+            return r
+    return None

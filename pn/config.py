@@ -39,7 +39,12 @@ class PnConfig:
     mem_gb: float = 16.0
     grid: ShapeGrid = GRID           # the shapes its wait-time matrix covers (apollo.core.shapes)
     heartbeat_s: float = 1.0         # soonest re-report after the queue changed
-    liveness_s: float = 15.0         # report at least this often even when nothing changed
+    # Send a report once more this long after it, if nothing changed since (0: never). Only for
+    # a network that loses messages while the connection stands (the simulator's loss model):
+    # a report is sent only on change, so a lost one would stand until the next change. Live,
+    # TCP loses nothing on a connection that stays up; one that breaks is PeerBack, and the
+    # whole state again.
+    repeat_after_s: float = 0.0
     # Status batches carry a reading planned now (True) or the last one planned, with its older
     # timestamp (False: no re-planning per report; the heartbeat within heartbeat_s is fresh).
     # A JM host counts everything it sent a server after that server's reading as still

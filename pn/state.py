@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from apollo.core.effects import Kill, Launch, Log, Send, SetTimer, Start, TaskExited, Timer
+from apollo.core.effects import (CancelTimer, Kill, Launch, Log, PeerBack, PeerLost, Send, SetTimer, Start, TaskExited,
+                                 Timer)
 from apollo.core.lifecycle import TaskState, step
 from apollo.core.messages import (DemoteTask, Dispatch, Heartbeat, Holding, KillTask, ProbeJob, ProbeTask, StatusBatch,
                              TaskReport, TaskSpec, UpgradeTask, YieldJob)
 
-from .attempt import Attempt, as_opportunistic, as_regular, idle_reading, weighted_pick
+from .attempt import Attempt, as_opportunistic, as_regular, end_of, held_by_job, idle_reading, weighted_pick
 from .config import (ABOUT_NOW_S, DISPATCHED, DISPATCHES_KEPT, DONE, ENDED_KEEP, FAILED, INF, JOBS_KEPT, MOVE_AFTER_S,
                      NEVER_S, READY, PnConfig)
 from .queue import Profile, release_waits
@@ -30,10 +31,14 @@ class PnState:
     # The live runtime may hand this actor several TaskExited at once, as a list (the exits of
     # one event-loop iteration): they share one queue pass and one status batch per job.
     batch_exits = True
+    # On PeerBack of the RM (restarted, or a partition healed) it sends its whole state: it
+    # reports only on change, so a restarted RM would otherwise never learn of a quiet server.
+    watches = ("rm",)
     # (slots: 20,000 of these in a simulation, each touched at random; no per-object dict)
     __slots__ = ("server", "cfg", "boot_time", "queue", "opp_queue", "running", "free_cpu", "free_mem",
                  "_matrix", "_matrix_time", "_waits", "_planned_at", "_avail", "_overdue_at", "_last_m", "_last_t", "_hb_due",
-                 "_changed", "_quiet_due", "_revise_at", "_queued_due", "ended", "jm_at", "_dispatches", "_jm_default",
+                 "_changed", "_quiet_due", "_repeat_due", "_revise_at", "_queued_due", "ended", "jm_at", "_dispatches",
+                 "_jm_default",
                  "_idle_w", "_gcpu", "_gmem", "yielding", "_yield_due", "_early_upgrades")
 
     def __init__(self, server: int, config: PnConfig) -> None:
@@ -55,7 +60,8 @@ class PnState:
         self._last_t = 0.0                      # and when it was planned
         self._hb_due = INF                      # when the armed heartbeat timer fires
         self._changed = True                    # the queues changed since the last heartbeat
-        self._quiet_due = 0.0                   # a heartbeat is due by then even if nothing changes
+        self._quiet_due = INF                   # a running task outlives its plan: report by then
+        self._repeat_due = INF                  # the last report goes once more then (repeat_after_s)
         self._revise_at = INF                   # a running task outlives its planned end then
         self._queued_due = INF                  # when the armed "queued" report timer fires
         self.ended: list[TaskReport] = []                 # the latest attempts' ends, oldest first
@@ -88,8 +94,12 @@ class PnState:
             return self._on_exits(event, now, rng)
         if t is Timer:
             k = event.key
-            return self._report_queued(now) if k == "queued" else self._yield_now(now, rng) if k == "yield" \
-                else self._heartbeat(now)
+            if k == "queued":
+                return self._report_queued(now)
+            if k == "yield":
+                return self._yield_now(now, rng)
+            self._hb_due = INF                  # (that timer is spent)
+            return self._heartbeat(now)
         if t is KillTask:
             return self._on_kill(event, now, rng)
         if t is UpgradeTask:
@@ -104,6 +114,11 @@ class PnState:
             return self._on_probe_job(event, now)
         if t is Start:
             self.boot_time = now
+            return self._heartbeat(now)
+        if t is PeerBack or t is PeerLost:      # (lost: nothing to do until it is back)
+            if t is PeerLost or event.address != self.cfg.rm:
+                return []
+            self._changed = True                # the RM may have lost what we said: all of it again
             return self._heartbeat(now)
         return [Log("warn", (f"pn:{self.server} ignored {t.__name__}",))]
 
@@ -246,7 +261,7 @@ class PnState:
         if msg.reply_to:
             self._reply_to(msg.job_id, msg.attempt >> 16, msg.reply_to)
         if a is None:
-            rep = self._end_of(key) or TaskReport(*key, int(READY), now, now, -1, "unknown attempt")
+            rep = end_of(self.ended, key) or TaskReport(*key, int(READY), now, now, -1, "unknown attempt")
         else:
             rep = TaskReport(*key, int(a.state), a.started_at if a.started_at >= 0 else now, 0.0, 0, "probed",
                              self._progress(a, now))
@@ -343,7 +358,7 @@ class PnState:
                 self._run_queues(now, rng, out, reports)
                 self._emit_reports(now, out, reports)
                 return out
-        if not any(x.spec.key == key for x in self.queue) and self._end_of(key) is None:
+        if not any(x.spec.key == key for x in self.queue) and end_of(self.ended, key) is None:
             self._early_upgrades.append(key)          # its Dispatch is still on its way
             if len(self._early_upgrades) > 2 * DISPATCHES_KEPT:
                 del self._early_upgrades[:DISPATCHES_KEPT]
@@ -677,41 +692,38 @@ class PnState:
         return free_c, free_m, rel
 
     def _heartbeat(self, now: float) -> list:
-        """The heartbeat timer: report to the RM if the queues changed since the last report, a
-        running task outlived its planned end (the reading would be wrong from then on) or
-        liveness is due; a server still busy looks again heartbeat_s later (it is likely to
-        change by then: one timer per report, not one per change), an idle one sleeps until
-        its quiet time is up or something changes."""
+        """Report to the RM if the queues changed since the last report, a running task outlived
+        its planned end (the reading is wrong from then on) or the last report's repeat is due;
+        a busy server looks again heartbeat_s later (one timer per report, not per change). A
+        quiet one arms nothing: its liveness is its connection's (PeerLost at the RM)."""
         cfg = self.cfg
         out: list = []
-        if self._changed or now >= self._quiet_due - 1e-9:
-            self._send_heartbeat(now, out)
-            nxt = now + cfg.heartbeat_s if (self.running or self.queue or self.opp_queue) else self._quiet_due
+        due = min(self._quiet_due, self._repeat_due)
+        if self._changed or now >= due - 1e-9:
+            self._send_heartbeat(now, out, repeat=not self._changed and now < self._quiet_due - 1e-9)
+            due = min(self._quiet_due, self._repeat_due)
+            nxt = now + cfg.heartbeat_s if (self.running or self.queue or self.opp_queue) else due
         else:
-            nxt = self._quiet_due
+            nxt = due
+        armed = self._hb_due < INF
         self._hb_due = nxt
-        out.append(SetTimer(nxt - now, "hb"))
+        if nxt < INF:
+            out.append(SetTimer(nxt - now, "hb"))
+        elif armed:
+            out.append(CancelTimer("hb"))
         return out
 
-    def _send_heartbeat(self, now: float, out: list) -> None:
+    def _send_heartbeat(self, now: float, out: list, repeat: bool = False) -> None:
         """The heartbeat itself: the reading, the counts and what each job's regular attempts
-        hold here (the RM's account of what jobs hold; docs/sharing.md)."""
+        hold here (the RM's account of what jobs hold; docs/sharing.md). ``repeat``: it says
+        again what the last one said (PnConfig.repeat_after_s), and is not repeated itself."""
         cfg = self.cfg
         self._changed = False
         matrix = self._reading(now)
-        self._quiet_due = now + min(cfg.liveness_s, max(self._revise_at - now, cfg.revise_every_s))
-        jobs: list[int] = []
-        cpus: list[float] = []
-        for a in self.running.values():
-            s = a.spec
-            if s.opportunistic:
-                continue
-            j = s.job_id
-            if j in jobs:
-                cpus[jobs.index(j)] += s.cpu
-            else:
-                jobs.append(j)
-                cpus.append(s.cpu)
+        revise = self._revise_at
+        self._quiet_due = INF if revise == INF else now + max(revise - now, cfg.revise_every_s)
+        self._repeat_due = now + cfg.repeat_after_s if cfg.repeat_after_s > 0 and not repeat else INF
+        jobs, cpus = held_by_job(self.running)
         out.append(Send(cfg.rm, Heartbeat(self.server, self.boot_time, now, matrix, len(self.running),
                                           len(self.queue) + len(self.opp_queue), self.free_cpu, jobs, cpus)))
 
@@ -767,13 +779,6 @@ class PnState:
             return -1.0
         total = s.duration_s * a.slowdown + self.cfg.io.io_time(s.input_bytes, s.locality)
         return min(1.0, (now - a.started_at) / total) if total > 0 else 1.0
-
-    def _end_of(self, key: tuple) -> TaskReport | None:
-        job, task, attempt = key
-        for r in reversed(self.ended):
-            if r.attempt == attempt and r.task == task and r.job_id == job:
-                return r
-        return None
 
     # ---- invariants --------------------------------------------------------
     def validate(self) -> None:

@@ -2,6 +2,10 @@
 besides (tasks running and queued, free CPUs, the CPUs each job's regular attempts hold on it),
 which servers are alive, the capacity they add up to, and the ClusterView sent to JM hosts.
 
+A server is alive from its first heartbeat until the RM hears PeerLost of its PN (the runtime's
+word that the connection went: docs/design.md, "Liveness"); a PN reports only when something
+changed, so silence says nothing. No scan of the servers' stamps, then: none is ever overdue.
+
 A heartbeat is the RM's most frequent event: ``observe`` writes a few rows and plain-list
 slots (running_tasks etc. make arrays of them when asked), never an allocation.
 """
@@ -27,10 +31,12 @@ class ClusterLoad:
         self.boot_times = np.zeros(n)
         self.alive = np.zeros(n, dtype=np.uint8)
         self.alive_n = 0                 # alive.sum(), kept (capacity is read per admission)
-        # At most the oldest live server's stamp: mark_dead scans the servers only once a stamp
-        # this old could be overdue (a heartbeat lowers it to its own stamp if that is older;
-        # a scan sets it to the oldest again).
-        self._oldest_stamp = math.inf
+        # Servers lost (PeerLost) whose connection has not come back (PeerBack) since: a
+        # heartbeat of the incarnation that was lost is one sent before it went (in flight when
+        # the connection broke: live, TCP delivers it before the close; simulated, the network
+        # may reorder it after) and must not bring a dead server back. A new incarnation (a
+        # restart, another boot time) or the connection back clears it.
+        self._lost: set[int] = set()
         # The lightly-loaded list of the last view with the waits and liveness it was worked out
         # from: most views find both the same (idle servers' heartbeats change neither), and
         # comparing them costs a fraction of the partition
@@ -60,6 +66,10 @@ class ClusterLoad:
         booted = hb.boot_time != self._pn_boot[s]
         if not booted and hb.time < self._pn_time[s]:
             return False  # reordered: an older reading
+        if self._lost and s in self._lost:
+            if not booted:
+                return False      # sent before its connection was lost
+            self._lost.discard(s)
         self._pn_time[s] = hb.time
         # (Offsets.observe, inlined: a heartbeat is the RM's most frequent event)
         offs = self._offsets.of
@@ -73,9 +83,7 @@ class ClusterLoad:
             self._pn_boot[s] = hb.boot_time
             self.boot_times[s] = hb.boot_time + shift
         self.matrices[s] = hb.matrix
-        self.stamps[s] = stamp = hb.time + shift
-        if stamp < self._oldest_stamp:
-            self._oldest_stamp = stamp
+        self.stamps[s] = hb.time + shift
         if hb.jobs or self._pn_held[s][0]:
             self._set_held(s, tuple(hb.jobs), tuple(int(round(c * 1000)) for c in hb.job_cpus))
         self._running[s] = hb.running
@@ -87,22 +95,21 @@ class ClusterLoad:
             return True
         return False
 
-    def mark_dead(self, now: float, dead_after_s: float) -> tuple[int, ...]:
-        """Servers whose heartbeats stopped over ``dead_after_s`` ago are dead (and hold
-        nothing); those found now."""
-        if now - self._oldest_stamp <= dead_after_s:
-            return ()       # (every live stamp is at least as young: none is overdue)
-        live = self.alive == 1
-        stale = live & (now - self.stamps > dead_after_s)
-        fresh = live & ~stale
-        self._oldest_stamp = float(self.stamps[fresh].min()) if fresh.any() else math.inf
-        if not stale.any():
-            return ()
-        for s in np.flatnonzero(stale).tolist():
-            self._set_held(s, (), ())       # a dead server holds nothing
-        self.alive[stale] = 0
-        self.alive_n = int(self.alive.sum())
-        return tuple(int(x) for x in np.flatnonzero(stale))
+    def lose(self, s: int) -> bool:
+        """The connection to server ``s``'s PN is gone (PeerLost): the server is dead and holds
+        nothing until it is heard again over a connection made since; whether it was alive."""
+        self._lost.add(s)
+        if not self.alive[s]:
+            return False
+        self._set_held(s, (), ())       # a dead server holds nothing
+        self.alive[s] = 0
+        self.alive_n -= 1
+        return True
+
+    def back(self, s: int) -> None:
+        """The connection to server ``s``'s PN is up again (PeerBack): its next heartbeat, the
+        full state it sends on this, brings it back."""
+        self._lost.discard(s)
 
     def all_alive(self) -> bool:
         return bool(self.alive.all())
@@ -208,8 +215,7 @@ class ClusterLoad:
     def validate(self) -> None:
         assert self.matrices.shape == (self.servers, self.shapes)
         assert self.alive_n == int(self.alive.sum())
-        assert not self.alive_n or self._oldest_stamp <= self.stamps[self.alive == 1].min(), \
-            "a live server's stamp is older than the dead scan's bound"
+        assert not any(self.alive[s] for s in self._lost), "a lost server counted alive"
         per_job: dict[int, int] = {}
         for s, (jobs, milli) in enumerate(self._pn_held):
             assert not jobs or self.alive[s], "a dead server holds CPUs"

@@ -2,7 +2,7 @@
 
 Never on the critical path: JMs schedule on their last ClusterView whether or
 not the RM answers. The RM keeps every server's last wait-time matrix with
-its timestamp, marks servers dead when their heartbeats stop, publishes a
+its timestamp, marks a server dead when the runtime says its PN's connection went (PeerLost), publishes a
 lightly-loaded list, and runs the capacity plane: jobs go to leaf queues of a
 queue tree (rm/queues.py; without a queue file, one root queue), wait there
 until admitted, and hold tokens that a sharing policy (rm/sharing.py: fair
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from apollo.core.effects import Log, Persist, Send, SetTimer, Start, Timer
+from apollo.core.effects import Log, PeerBack, PeerLost, Persist, Send, SetTimer, Start, Timer
 from apollo.core.messages import (CancelJob, Heartbeat, HostReport, JobAccepted, JobDemand, JobDone, JobQuery,
                                   SubmitJob)
 from apollo.core.spec import JobSpec
@@ -74,7 +74,10 @@ class RmConfig:
     server_cores: float = 4.0
     server_mem_gb: float = 16.0
     view_interval_s: float = 1.0
-    dead_after_s: float = 5.0        # no heartbeat for this long: the server is dead
+    # After a (re)start, no ClusterView until every server has reported or this long has passed:
+    # a server not heard yet is unknown, not dead (its PN sends its state when it sees the RM
+    # back: PeerBack; live, once its process has dialled again, within the transport's backoff).
+    rejoin_s: float = 5.0
     lightly_loaded: int = 0          # list length; 0: max(8, servers // 10)
     jm_hosts: tuple[str, ...] = ("jmhost",)
     queues: QueueTree = field(default_factory=single_queue)
@@ -89,6 +92,8 @@ class RmState:
     # Heartbeats may come as a list of several (a runtime collects those arriving close
     # together): they are folded in with a few array operations instead of one event each.
     batched = (Heartbeat,)
+    # Liveness: a server is dead when the runtime says its PN's connection went (PeerLost).
+    watches = ("pn",)
 
     def __init__(self, config: RmConfig, policy: SharingPolicy | None = None) -> None:
         self.cfg = config
@@ -215,6 +220,8 @@ class RmState:
             return self._on_cancel(event, now)
         if t is Start:
             return self._recover(now, event.stored) + [SetTimer(self.cfg.view_interval_s, "tick")]
+        if t is PeerLost or t is PeerBack:
+            return self._on_peer(event, t is PeerLost)
         return [Log("warn", (f"rm ignored {t.__name__}",))]
 
     def _on_heartbeat(self, hb: Heartbeat, now: float) -> list:
@@ -240,6 +247,21 @@ class RmState:
             self.admission.dirty = True
         return out
 
+    def _on_peer(self, event: PeerLost | PeerBack, lost: bool) -> list:
+        """A PN's connection went (the server is dead: what it holds is freed, its tasks are
+        placed again once the next view shows it dead) or came back (its full state follows)."""
+        prefix, _, rest = event.address.partition(":")
+        if prefix != "pn" or not rest.isdigit() or int(rest) >= self.cfg.servers:
+            return []
+        s = int(rest)
+        if not lost:
+            self.cluster.back(s)
+            return []
+        if self.cluster.lose(s):
+            self.admission.dirty = True      # fewer cores to share
+            return [Log("servers_dead", (s,))]
+        return []
+
     def _tick(self, now: float) -> list:
         out: list = [SetTimer(self.cfg.view_interval_s, "tick")]
         if self._copies_due:
@@ -247,14 +269,10 @@ class RmState:
             self._copies_due = []
         out += self.homes.check(now, self._started_at)
         cluster = self.cluster
-        if now - self._started_at < self.cfg.dead_after_s and not cluster.all_alive():
+        if now - self._started_at < self.cfg.rejoin_s and not cluster.all_alive():
             # Just (re)started: servers we have not heard from yet are unknown, not dead. A view
             # now would tell every JM to give up its running tasks; their stale view is better.
             return out
-        dead = cluster.mark_dead(now, self.cfg.dead_after_s)
-        if dead:
-            self.admission.dirty = True
-            out.append(Log("servers_dead", dead))
         view = cluster.view(now)
         out.extend(Send(h, view) for h in self.homes.hosts_alive)
         if self.rounds.due(now):

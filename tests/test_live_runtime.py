@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from apollo.core.cluster import REMOTE, IoModel, Topology
-from apollo.core.effects import CancelTimer, Kill, Launch, Log, Persist, Send, SetTimer, Spawn, Start, TaskExited
+from apollo.core.effects import (CancelTimer, Kill, Launch, Log, PeerBack, PeerLost, Persist, Send, SetTimer, Spawn,
+                                 Start, TaskExited)
 from apollo.core.messages import JobAccepted, JobDemand, JobDone, SubmitJob, TaskSpec
 from apollo.core.records import Recorder
 from apollo.runtime.executor import Executor
@@ -45,9 +46,9 @@ class Client:
 def cluster_actors():
     """The actors and configs of apollo.tools.simulate.build(), at test speed."""
     topo = Topology(SERVERS, RACKS, 4.0, 16.0)
-    pncfg = PnConfig(cores=4.0, mem_gb=16.0, heartbeat_s=0.1, liveness_s=0.3)
+    pncfg = PnConfig(cores=4.0, mem_gb=16.0, heartbeat_s=0.1)
     shapes = pncfg.grid.size
-    rm = RmState(RmConfig(SERVERS, shapes, 4.0, 16.0, view_interval_s=0.2, dead_after_s=1.0))
+    rm = RmState(RmConfig(SERVERS, shapes, 4.0, 16.0, view_interval_s=0.2, rejoin_s=1.0))
     jmcfg = JmConfig(topology=topo, policy="apollo", io=IoModel(), grid=pncfg.grid,
                      dispatch=DispatchConfig(opportunistic=False))
     return rm, JmHost(jmcfg), [PnState(s, pncfg) for s in range(SERVERS)]
@@ -465,3 +466,55 @@ async def test_removing_an_actor_kills_its_tasks_and_timers(tmp_path):
         await await_holds_for(lambda: pn.exits == [] and not rt.timers, 0.1, "no exit and no timer (its was 0.05 s)")
     finally:
         await rt.stop()
+
+
+class Watcher:
+    """An actor that watches ``prefix`` and records the connection events it hears."""
+    def __init__(self, prefix):
+        self.watches = (prefix,)
+        self.heard = []
+
+    def handle(self, event, now, rng):
+        if type(event) in (PeerLost, PeerBack):
+            self.heard.append((type(event).__name__, event.address))
+        return []
+
+
+async def test_connection_events_reach_watchers_and_a_pn_process_finds_a_restarted_rm(tmp_path):
+    """Liveness by connection, live: the RM's process hears PeerBack of a PN process's servers
+    when it connects and PeerLost when it stops; the PN process keeps dialling its RM, so that
+    when the RM's process restarts (same address) its PNs hear PeerLost, then PeerBack."""
+    a = LiveRuntime(SECRET, seed=1, workdir=tmp_path / "a")
+    rm = Watcher("pn")
+    a.add("rm", rm, start=False)
+    await a.start()
+    port = int(a.address.rsplit(":", 1)[1])
+    b = LiveRuntime(SECRET, seed=2, workdir=tmp_path / "b")
+    pns = [Watcher("rm"), Watcher("rm")]
+    for s, w in enumerate(pns):
+        b.add(f"pn:{s}", w, start=False)
+    b.add_route("rm", a.address)
+    b.keep("rm")
+    await b.start()
+    a2 = None
+    try:
+        await await_until(lambda: sorted(rm.heard) == [("PeerBack", "pn:0"), ("PeerBack", "pn:1")],
+                          what="the RM hearing the PNs' process connect")
+        assert all(w.heard == [("PeerBack", "rm")] for w in pns)
+        await a.stop()                                  # the RM's process dies
+        await await_until(lambda: all(w.heard[-1] == ("PeerLost", "rm") for w in pns), what="PNs hearing it")
+        a2 = LiveRuntime(SECRET, seed=3, workdir=tmp_path / "a2")
+        rm2 = Watcher("pn")
+        a2.add("rm", rm2, start=False)
+        await a2.start(listen_port=port)                # ... and comes back at its address
+        await await_until(lambda: all(w.heard[-1] == ("PeerBack", "rm") for w in pns), timeout=8,
+                          what="the PN process dialling the new RM")
+        await await_until(lambda: len(rm2.heard) == 2, what="the new RM hearing the PNs")
+        await b.stop()                                  # the PNs' process dies
+        await await_until(lambda: sorted(rm2.heard[2:]) == [("PeerLost", "pn:0"), ("PeerLost", "pn:1")],
+                          what="the RM hearing it")
+    finally:
+        await b.stop()
+        if a2 is not None:
+            await a2.stop()
+        await a.stop()

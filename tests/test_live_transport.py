@@ -525,3 +525,38 @@ def test_throughput_one_way_100k(capsys):
     assert writes <= n_msgs // 100, f"{writes} writes for {n_msgs} messages: sends are not batched"
     assert n_msgs / dt > 10_000, f"{n_msgs / dt:,.0f} msg/s"
 
+
+
+async def test_an_idle_connection_stays_up_on_pings_and_a_silent_one_is_lost_then_kept_peers_come_back():
+    """Liveness by connection: nothing sent for a while is not silence (each side pings an idle
+    connection); a peer that stops answering (a vanished machine: no FIN) is lost after the
+    keepalive timeout; an address given to ``keep`` is dialled again, and the new connection is
+    on_peer_back on both sides."""
+    ka = {"keepalive_s": 0.05, "keepalive_timeout_s": 0.2}
+    a = await node(["pn:0", "pn:1"], **ka)
+    b = await node(["rm"], **ka)
+    a_lost, a_back, b_lost, b_back = [], [], [], []
+    a.on_peer_lost, a.on_peer_back = a_lost.append, a_back.append
+    b.on_peer_lost, b.on_peer_back = b_lost.append, b_back.append
+    try:
+        a.add_route("rm", b.address)
+        a.keep("rm")
+        await await_until(lambda: a_back == [["rm"]] and b_back == [["pn:0", "pn:1"]], what="the kept dial")
+        await asyncio.sleep(0.6)                    # three timeouts with nothing but pings
+        assert not a_lost and not b_lost and len(a._conns) == 1
+        (conn_b,) = b._conns
+        b._ka_timer.cancel()                        # B vanishes: it neither pings nor reads
+        conn_b.transport.pause_reading()
+        await await_until(lambda: a_lost == [["rm"]], what="A's keepalive timeout")
+        await await_until(lambda: b_lost == [["pn:0", "pn:1"]], what="B seeing A close")
+        # (meanwhile A dials B again, and B, still not pinging, is lost again on each new connection)
+        b._ka_timer = asyncio.get_running_loop().call_later(0.05, b._keepalive)     # B answers again
+        await await_until(lambda: len(a_back) >= 2 and len(b_back) >= 2, what="A dialling again")
+        await asyncio.sleep(0.3)
+        lost = len(a_lost)
+        await asyncio.sleep(0.6)
+        assert len(a_lost) == lost and len(a._conns) == 1, "the new connection stands"
+        assert a_back[-1] == ["rm"] and b_back[-1] == ["pn:0", "pn:1"]
+    finally:
+        await a.close()
+        await b.close()

@@ -1,6 +1,6 @@
 import numpy as np
 
-from apollo.core.effects import Persist, Send, SetTimer, Start, Timer
+from apollo.core.effects import Log, PeerBack, PeerLost, Persist, Send, SetTimer, Start, Timer
 from apollo.core.messages import (CancelJob, ClusterView, Heartbeat, JobAccepted, JobDemand, JobDone, ReclaimTokens,
                              StartJob, SubmitJob, TokenGrant)
 from apollo.core.spec import JobSpec, StageSpec
@@ -13,7 +13,7 @@ from helpers import Rng
 
 
 def rm(n=4, tokens="even", queues=None):
-    r = RmState(RmConfig(n, 12, dead_after_s=5.0, queues=queues or single_queue(tokens)))
+    r = RmState(RmConfig(n, 12, queues=queues or single_queue(tokens)))
     r.handle(Start(), 0.0, Rng())
     return r
 
@@ -40,12 +40,47 @@ def test_aggregates_matrices_and_marks_dead_servers():
     assert r.alive.sum() == 4 and r.matrices[2, 0] == 2.0
     r.handle(hb(2, 0.5, w0=99.0), 1.1, Rng())        # an older reading arriving late is ignored
     assert r.matrices[2, 0] == 2.0
-    for s in (0, 1, 3):
-        r.handle(hb(s, 6.5), 6.5, Rng())
+    out = r.handle(PeerLost("pn:2"), 6.5, Rng())
+    assert [e for e in out if isinstance(e, Log) and e.kind == "servers_dead"] == [Log("servers_dead", (2,))]
     out = r.handle(Timer("tick"), 7.0, Rng())
     view = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, ClusterView)][0]
     assert list(view.alive) == [1, 1, 0, 1]
     assert 2 not in view.lightly_loaded.tolist()
+
+
+def test_silence_is_not_death_only_a_lost_connection_is():
+    """PNs report only on change: a server not heard for a long time is quiet, not dead; the RM
+    marks it dead on PeerLost of its PN, and nothing else (another actor's loss is not a server's)."""
+    r = rm()
+    for s in range(4):
+        r.handle(hb(s, 1.0), 1.0, Rng())
+    r.handle(Timer("tick"), 3600.0, Rng())
+    assert r.alive.sum() == 4
+    for who in ("jmhost:0", "client:x", "pn:99", "pn:x", "rm"):
+        assert r.handle(PeerLost(who), 3600.0, Rng()) == []
+    assert r.alive.sum() == 4
+    r.handle(PeerLost("pn:1"), 3600.0, Rng())
+    assert list(r.alive) == [1, 0, 1, 1]
+    r.validate()
+
+
+def test_a_lost_server_comes_back_by_a_new_connection_or_a_new_incarnation_not_a_late_heartbeat():
+    r = rm()
+    for s in range(4):
+        r.handle(hb(s, 1.0, held={0: 1.0} if s == 0 else None), 1.0, Rng())
+    r.handle(PeerLost("pn:0"), 2.0, Rng())
+    assert not r.alive[0] and r.held(0) == 0.0
+    r.handle(hb(0, 1.9, held={0: 1.0}), 2.001, Rng())   # sent before the connection went: stays dead
+    assert not r.alive[0] and r.held(0) == 0.0
+    r.validate()
+    r.handle(PeerBack("pn:0"), 5.0, Rng())             # a healed partition: its full state follows
+    assert not r.alive[0]
+    r.handle(hb(0, 5.0), 5.001, Rng())
+    assert r.alive[0]
+    r.handle(PeerLost("pn:1"), 6.0, Rng())
+    r.handle(hb(1, 8.0, boot=8.0), 8.0, Rng())          # restarted: a new incarnation
+    assert r.alive.sum() == 4
+    r.validate()
 
 
 def test_lightly_loaded_prefers_short_waits():
@@ -265,9 +300,7 @@ def test_what_a_job_holds_is_what_the_servers_say_it_runs_and_a_dead_server_hold
     r.handle(hb(0, 2.0, held={0: 1.0}), 2.0, Rng())               # the newest heartbeat replaces the last
     assert r.held(0) == 3.5
     r.validate()
-    for s in (1, 2, 3):
-        r.handle(hb(s, 7.5, held={0: 2.5} if s == 1 else {}), 7.5, Rng())
-    r.handle(Timer("tick"), 7.5, Rng())                            # server 0 silent since 2.0: dead
+    r.handle(PeerLost("pn:0"), 7.5, Rng())                        # server 0's PN is gone: dead
     assert not r.alive[0] and r.held(0) == 2.5
     r.validate()
 

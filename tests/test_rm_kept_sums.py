@@ -10,7 +10,7 @@ import math
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as hs
 
-from apollo.core.effects import Start, Timer
+from apollo.core.effects import PeerBack, PeerLost, Start, Timer
 from apollo.core.messages import CancelJob, Heartbeat, HostReport, JobDemand, JobDone, SubmitJob
 from apollo.core.spec import JobSpec, StageSpec
 from rm.queues import QueueTree
@@ -59,11 +59,13 @@ event = hs.one_of(
     hs.tuples(hs.just("done"), hs.integers(0, 6)),
     hs.tuples(hs.just("cancel"), hs.integers(0, 6)),
     hs.tuples(hs.just("tick"), hs.sampled_from([0.3, 1.0, 4.0, 12.0])),
+    hs.tuples(hs.just("lost"), hs.integers(0, SERVERS - 1)),      # its PN's connection went
+    hs.tuples(hs.just("back"), hs.integers(0, SERVERS - 1)),      # ...and came back
 )
 
 
 def run(events: list, tree: QueueTree) -> None:
-    r = RmState(RmConfig(SERVERS, 3, dead_after_s=5.0, queues=tree, jm_hosts=("h0", "h1"), host_dead_after_s=6.0))
+    r = RmState(RmConfig(SERVERS, 3, queues=tree, jm_hosts=("h0", "h1"), host_dead_after_s=6.0))
     rng = Rng()
     now = 0.0
     r.handle(Start(), now, rng)
@@ -98,6 +100,10 @@ def run(events: list, tree: QueueTree) -> None:
             r.handle(JobDone(ev[1], True, "", now, 1), now, rng)
         elif kind == "cancel":
             r.handle(CancelJob(ev[1]), now, rng)
+        elif kind == "lost":
+            r.handle(PeerLost(f"pn:{ev[1]}"), now, rng)
+        elif kind == "back":
+            r.handle(PeerBack(f"pn:{ev[1]}"), now, rng)
         else:
             now += ev[1]
             r.handle(Timer("tick"), now, rng)
@@ -123,7 +129,7 @@ def test_a_job_admitted_without_tokens_after_the_cluster_shrank_keeps_the_grant_
     FIFO pool job is admitted at once without a token (max_running_jobs): no token was handed
     out, so the bound of what was granted stays the one of the last hand-out, not today's
     smaller cluster (validate used to fail here)."""
-    r = RmState(RmConfig(SERVERS, 3, dead_after_s=5.0, queues=POOLS, jm_hosts=("h0",), host_dead_after_s=60.0))
+    r = RmState(RmConfig(SERVERS, 3, queues=POOLS, jm_hosts=("h0",), host_dead_after_s=60.0))
     rng = Rng()
     r.handle(Start(), 0.0, rng)
     for s in range(SERVERS):
@@ -133,7 +139,10 @@ def test_a_job_admitted_without_tokens_after_the_cluster_shrank_keeps_the_grant_
     r.handle(Timer("tick"), 1.0, rng)
     r.validate()
     assert r.admission.granted > 4            # more than one server's cores
-    r.handle(Timer("tick"), 10.0, rng)        # every server silent past dead_after_s
+    for s in range(SERVERS):                  # every server's connection lost
+        r.handle(PeerLost(f"pn:{s}"), 10.0, rng)
+    r.handle(Timer("tick"), 10.0, rng)
+    r.handle(PeerBack("pn:0"), 10.0, rng)
     r.handle(Heartbeat(0, 0.0, 10.0, np.zeros(3, np.float32), 0, 0, 4.0), 10.0, rng)
     r.handle(SubmitJob(-1, JobSpec("late", [StageSpec("s", 2, np.ones(2), cpu=1.0)], queue="large"), "client"),
              10.0, rng)

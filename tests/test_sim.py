@@ -49,7 +49,7 @@ def test_pn_crashes_and_task_failures_still_complete_every_job(sched):
     w = load_workload("heavytail:jobs=30", seed=2)
     crashes = [(5.0, s, 200.0) for s in range(0, 12, 2)] + [(30.0, 1, 5.0)]
     r = run_simulation(w, SimConfig(servers=24, racks=4, seed=2, crashes=crashes, fail_prob=0.02,
-                                    liveness_s=5.0, scheduler=sched))
+                                    scheduler=sched))
     assert r["jobs"]["completed"] == 30 and r["jobs"]["failed"] == 0
     assert r["tasks"]["failed"] > 0
 

@@ -79,3 +79,23 @@ class TaskExited:
     ok: bool
     exit_code: int = 0
     detail: str = ""
+
+
+# Connection events (docs/design.md, "Liveness"): an actor that lists address prefixes in its
+# class's ``watches`` (the RM: "pn"; a PN: "rm") hears when the connection to an actor of one
+# goes or comes back. Live, they are the transport's (a closed connection, or one silent past
+# its keepalive timeout; a connection made again); simulated, the kernel's crashes, restarts and
+# partitions, after the delay the live transport would take. They replace a periodic "nothing
+# changed" report per server: liveness is a property of connections, not of messages.
+
+@dataclass(slots=True)
+class PeerLost:
+    """The connection to the actor at ``address`` is gone: it crashed, or it is cut off."""
+    address: str
+
+
+@dataclass(slots=True)
+class PeerBack:
+    """The connection to the actor at ``address`` is up again (a restart, a healed partition,
+    a connection made again): what was sent to it while it was away may be lost."""
+    address: str

@@ -18,7 +18,7 @@ from .wire import (BOOL, BYTES, F32, F64, FLOAT, I32, I64, INT, NAT, STR, STR_MA
 # (the protocol's users take these from here, with the messages)
 from .wire import REGISTRY, WireError, decode, encode, pack, unpack  # noqa: F401
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6     # 6: the transport's keepalive frame ["", "ping"] (apollo.runtime.transport)
 
 
 # ---- nested structs: a job's spec (its codec spelled out), a task attempt, its report ------------

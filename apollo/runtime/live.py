@@ -17,6 +17,13 @@ SimRuntime:
 - Spawn: adds an actor. Log: ``log_sink(kind, data, now)``, by default the
   python logger "apollo.live".
 
+An actor whose class lists address prefixes in ``watches`` (the RM: "pn"; a PN:
+"rm") gets PeerLost(address) when the transport loses the last connection to
+the process hosting that address (closed, or silent past the keepalive
+timeout), and PeerBack(address) when a connection brings it back; an actor of
+this process taken away (``remove``) and added again is the same to its
+neighbours here. ``keep(address)``: stay connected to the process hosting it.
+
 ``now`` is ``loop.time()`` minus the runtime's start (or a shared ``epoch``
 given by the caller, so that several runtimes on one host read the same
 clock). An actor that raises has that one event dropped, with the traceback
@@ -33,7 +40,8 @@ from typing import Any, Callable
 import numpy as np
 
 from apollo.core.cluster import IoModel
-from apollo.core.effects import CancelTimer, Kill, Launch, Log, Persist, Send, SetTimer, Spawn, Start, Timer
+from apollo.core.effects import (CancelTimer, Kill, Launch, Log, PeerBack, PeerLost, Persist, Send, SetTimer, Spawn,
+                                 Start, Timer)
 from apollo.core.messages import pack, unpack
 
 from .executor import Executor
@@ -83,6 +91,8 @@ class LiveRuntime:
         self._exits: dict[str, tuple] = {}   # batching actors: (actor, [TaskExited]) to deliver
         self.endpoint = Endpoint(secret, [], self._on_remote, listen_host=listen_host, max_frame=max_frame)
         self.endpoint.on_peer_lost = self._peer_lost
+        self.endpoint.on_peer_back = self._peer_back
+        self._removed: set[str] = set()      # local actors taken away (their return is PeerBack)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._t0 = 0.0
         self._early: list[tuple] = []        # work asked for before start()
@@ -116,11 +126,16 @@ class LiveRuntime:
         if start:
             store = self.stores.get(address)
             self._soon(self._deliver_to, address, actor, Start(store.recovered() if store is not None else None))
+        if address in self._removed:
+            self._removed.discard(address)
+            self._soon(self._tell, [address], PeerBack)
 
     def remove(self, address: str) -> None:
         """Take an actor away (a crash, as far as the cluster can tell): its timers and tasks go too."""
         if self.actors.pop(address, None) is not None:
             self._forget(address)
+            self._removed.add(address)
+            self._soon(self._tell, [address], PeerLost)
 
     def route_prefix(self, prefix: str, address: str) -> None:
         """Messages to "prefix:..." go to the local actor ``address`` (the JM host carries "jm:*")."""
@@ -130,6 +145,11 @@ class LiveRuntime:
     def add_route(self, address_or_prefix: str, hostport: str) -> None:
         """A static route to another process: where to connect for this address or prefix."""
         self.endpoint.add_route(address_or_prefix, hostport)
+
+    def keep(self, address: str) -> None:
+        """Stay connected to the process hosting ``address`` (its route's), dialling it again
+        while it is away: a PN process keeps its RM's (Endpoint.keep)."""
+        self.endpoint.keep(address)
 
     def inject(self, to: str, msg: Any) -> None:
         """Send from outside any actor (a client, a test)."""
@@ -263,6 +283,22 @@ class LiveRuntime:
     def _peer_lost(self, addresses: list[str]) -> None:
         shown = ", ".join(addresses[:8]) + (f" and {len(addresses) - 8} more" if len(addresses) > 8 else "")
         self.log_sink("peer_lost", (shown,), self.now)
+        self._tell(addresses, PeerLost)
+
+    def _peer_back(self, addresses: list[str]) -> None:
+        self._tell(addresses, PeerBack)
+
+    def _tell(self, addresses: list[str], kind: Callable[[str], Any]) -> None:
+        """``kind(address)`` to every local actor watching that address's prefix, now (PeerBack
+        must reach them before the new connection's first data frame does)."""
+        if self.stopped:
+            return
+        watchers = [(a, act) for a, act in self.actors.items() if getattr(act, "watches", ())]
+        for address in addresses:
+            prefix = address.partition(":")[0]
+            for a, act in watchers:
+                if prefix in act.watches and a != address:
+                    self._deliver_to(a, act, kind(address))
 
     # ---- effects ---------------------------------------------------------------------------
     def _apply(self, addr: str, actor: Any, effects: list, now: float) -> None:

@@ -10,6 +10,9 @@ types an actor lists in ``batched`` reach it as one list per BATCH_WINDOW_S
 (the live runtime delivers them one by one; the actor takes either).
 A PN is a plain state object; its timers and its tasks' exits are queue
 entries, never coroutines, which is what lets a run reach 20,000 servers.
+An actor whose class lists address prefixes in ``watches`` hears PeerLost and
+PeerBack of those addresses when the kernel crashes, restarts or cuts them off
+(``crash``, ``restart``, ``add_partition``), as the live transport would tell it.
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from apollo.core.effects import CancelTimer, Kill, Launch, Log, Persist, Send, SetTimer, Spawn, Start, TaskExited, Timer
+from apollo.core.effects import (CancelTimer, Kill, Launch, Log, PeerBack, PeerLost, Persist, Send, SetTimer, Spawn,
+                                 Start, TaskExited, Timer)
 from apollo.core.messages import TaskSpec, pack, unpack
 
 from .events import EventQueue
@@ -39,6 +43,10 @@ BATCH_WINDOW_S = 0.001
 # is ~0.7 s of wall time between passes, and passes cost ~2.5% of a run in all, against -5%.
 HUGEPAGES_MIN_ACTORS = 1000
 HUGEPAGES_EVERY = 1 << 18
+# How long a cut-off peer goes unnoticed: the live transport's keepalive timeout
+# (apollo.runtime.transport.KEEPALIVE_TIMEOUT_S), after which both sides hear PeerLost. A crash is
+# heard at once (the peer's kernel closes its connections).
+KEEPALIVE_TIMEOUT_S = 3.0
 
 
 @dataclass(slots=True)
@@ -60,7 +68,7 @@ class Partition:
 class _Slot:
     """One address of the simulated cluster: its actor, its incarnation, its timers and store. Queue
     entries point at the slot itself, so delivering costs no lookup by address."""
-    __slots__ = ("address", "actor", "handle", "epoch", "up", "timers", "batched", "windows", "store")
+    __slots__ = ("address", "actor", "handle", "epoch", "up", "timers", "batched", "windows", "store", "watches")
 
     def __init__(self, address: str, actor: Any, check: bool = False) -> None:
         self.address = address
@@ -79,6 +87,7 @@ class _Slot:
         if check and hasattr(actor, "validate"):
             self.handle = _checked(self.handle)
         self.batched = tuple(getattr(actor, "batched", ()))
+        self.watches = tuple(getattr(actor, "watches", ()))     # prefixes it hears PeerLost/PeerBack of
 
 
 def _checked(handle: Callable) -> Callable:
@@ -97,8 +106,10 @@ def _no_task_model(address: str, task: Any, locality: int, slowdown: float) -> t
 class SimRuntime:
     def __init__(self, seed: int = 0, net: NetModel | None = None, wire: bool = True,
                  task_model: Callable | None = None, log_sink: Callable | None = None,
-                 hugepages: bool | None = None, check: bool = False) -> None:
-        """``hugepages``: move the heap onto huge pages while running (None: when the run has
+                 hugepages: bool | None = None, check: bool = False,
+                 keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S) -> None:
+        """``keepalive_timeout_s``: how long a partition lasts before the actors it separates hear
+        PeerLost of each other. ``hugepages``: move the heap onto huge pages while running (None: when the run has
         at least HUGEPAGES_MIN_ACTORS slots). It changes speed only, never results. ``check``:
         call every actor's ``validate()`` after every event it handles (tests)."""
         self.check = check
@@ -125,7 +136,8 @@ class SimRuntime:
         # Running tasks' exits are queue entries; a killed task's entry is skipped when it comes
         # up (kills are rare: the set stays small and a plain exit costs no lookup).
         self.killed: set[tuple] = set()
-        self.partitions: list[Partition] = []
+        self.partitions: list[Partition] = []             # (add_partition: with its connection events)
+        self.keepalive_timeout_s = keepalive_timeout_s
         self.events = 0
         self.messages = 0
         self.dropped = 0
@@ -175,19 +187,66 @@ class SimRuntime:
         self._push(t, CALL, None, fn)
 
     def crash(self, address: str) -> None:
-        """The slot dies: its state, timers, queued messages and running tasks are lost."""
+        """The slot dies: its state, timers, queued messages and running tasks are lost. Its
+        watchers hear PeerLost at once (the live peer's kernel closes its connections; a cut
+        one's keepalive would find out later, but a crash inside a partition is rare enough
+        not to model that)."""
         slot = self.slots[address]
         slot.up = False
         slot.epoch += 1
         slot.timers.clear()
+        self._push(self.now, CALL, None, lambda: self._tell_watchers(slot, PeerLost(address), across_cuts=True))
 
     def restart(self, address: str, actor: Any) -> None:
+        """The slot comes back with ``actor``, which gets Start; its watchers that no partition
+        cuts off hear PeerBack after it (its new connections; a cut-off one hears it when the
+        partition ends)."""
         slot = self.slots[address]
         slot.up = True
         slot.epoch += 1
         slot.timers.clear()
         slot.set_actor(actor, self.check)
         self._deliver_local(address, self._start_event(slot))
+        self._tell_watchers(slot, PeerBack(address), across_cuts=False)
+
+    def add_partition(self, p: Partition) -> None:
+        """Cut ``p.inside`` off from everyone else from ``p.start`` to ``p.end``. The actors on
+        either side that watch one on the other hear PeerLost once the cut has lasted the
+        keepalive timeout, and PeerBack when it ends, however short it was: live, what the cut
+        held back would arrive late (TCP retransmits); here it was dropped, and PeerBack is
+        what makes its sender say its state again."""
+        self.partitions.append(p)
+        if p.end - p.start > self.keepalive_timeout_s:
+            self.call_at(p.start + self.keepalive_timeout_s, lambda: self._tell_across(p, PeerLost))
+        self.call_at(p.end, lambda: self._tell_across(p, PeerBack))
+
+    def _tell_watchers(self, slot: "_Slot", event: Any, across_cuts: bool) -> None:
+        """``event`` (about ``slot``) to every up actor that watches its prefix."""
+        prefix = slot.address.partition(":")[0]
+        for w in list(self.slots.values()):
+            if w is not slot and w.up and prefix in w.watches and \
+                    (across_cuts or not self.partitions or not self._cut(w.address, slot)):
+                self._deliver_local(w.address, event)
+
+    def _tell_across(self, p: Partition, kind: Callable[[str], Any]) -> None:
+        """``kind`` (PeerLost or PeerBack) to each up watcher on one side of ``p`` about each up
+        actor it watches on the other, in address order (deterministic); PeerBack not where
+        another partition still cuts them."""
+        by_prefix: dict[str, list[_Slot]] = {}
+        for a in sorted(self.slots):
+            by_prefix.setdefault(a.partition(":")[0], []).append(self.slots[a])
+        for a in sorted(self.slots):
+            w = self.slots[a]
+            if not w.watches:
+                continue
+            w_in = a in p.inside
+            for prefix in w.watches:
+                for x in by_prefix.get(prefix, ()):
+                    if x is w or not x.up or not w.up or (x.address in p.inside) == w_in:
+                        continue
+                    if kind is PeerBack and self._cut(a, x):
+                        continue
+                    self._deliver_local(a, kind(x.address))
 
     def inject(self, to: str, msg: Any, delay: float = 0.0) -> None:
         """Send from outside any actor (a client, a test)."""

@@ -28,7 +28,17 @@ Data frame
     followed by ``apollo.core.messages.encode(msg)``. A frame that does not decode
     (bad msgpack, WireError) is logged and closes that connection only.
     ``["", "hosts", [addresses]]`` (empty destination) announces addresses a
-    peer started hosting after its hello.
+    peer started hosting after its hello; ``["", "ping"]`` is a keepalive.
+
+Liveness (docs/design.md, "Liveness")
+    A connection on which nothing was written for KEEPALIVE_S gets a ping; one on
+    which nothing was heard for KEEPALIVE_TIMEOUT_S is closed (a machine that
+    vanished, a cut network: no FIN ever comes). A closed connection is
+    ``on_peer_lost(addresses)`` for the addresses no other connection hosts; a
+    new one, ``on_peer_back(addresses)`` for those it brings (before any of its
+    data frames is handled). Addresses given to ``keep`` are dialled again,
+    every KEEPALIVE_S, while their process is not connected: a quiet process
+    (PNs that report only on change) must still come back to a restarted RM.
 
 Sending
     ``Endpoint.send`` packs with one reused msgpack.Packer into the connection's
@@ -67,6 +77,11 @@ _unpack_len = _LEN.unpack_from
 
 # connection states
 HELLO, PROOF, READY, CLOSED = 0, 1, 2, 3
+# A ping on a connection idle this long; a connection silent this long is lost (the peers'
+# liveness: a PN process's servers are dead to the RM then, apollo.runtime.sim models the same).
+KEEPALIVE_S = 1.0
+KEEPALIVE_TIMEOUT_S = 3.0
+_PING = msgpack.packb(["", "ping"], use_bin_type=True)
 
 
 _UNREACHABLE: Any = object()   # _resolve: a route exists but its peer failed to connect just now
@@ -110,6 +125,9 @@ class _Conn(asyncio.Protocol):
         self.paused = False
         self.retired = False                    # a duplicate: read from, never written to
         self.ready_at = 0.0
+        self.heard = False                      # something read since the last keepalive tick
+        self.wrote = False                      # something written since the last keepalive tick
+        self.silent_ticks = 0                   # keepalive ticks in a row with nothing heard
         self._hs_timer: asyncio.TimerHandle | None = None
         endpoint._nonces.add(self.my_nonce)
 
@@ -149,6 +167,7 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.state == CLOSED:
             return
+        self.heard = True
         endpoint = self.endpoint
         endpoint.hold()                     # the sends of this read go out together at its end
         try:
@@ -232,11 +251,15 @@ class _Conn(asyncio.Protocol):
 
     def _on_control(self, v: list) -> None:
         endpoint = self.endpoint
+        if len(v) == 2 and v[1] == "ping":
+            return                              # (a keepalive: data_received noted it)
         if len(v) == 3 and v[1] == "hosts" and type(v[2]) is list and all(type(a) is str and a for a in v[2]):
             self.peer_hosted.extend(v[2])
             via = endpoint._by_peer.get(self.peer_listen, self) if self.retired else self
+            new = [a for a in v[2] if a not in endpoint._learned]
             for a in v[2]:
                 endpoint._learned[a] = via
+            endpoint._back(new)
             return
         endpoint.bad_frames += 1
         self._close(f"bad control frame: {_describe(v[1:])}")
@@ -337,6 +360,7 @@ class _Conn(asyncio.Protocol):
         endpoint.writes += 1
         endpoint.bytes_out += len(data)
         self.pending = 0
+        self.wrote = True
         self.transport.write(data)
 
 
@@ -346,7 +370,8 @@ class Endpoint:
     ``on_message(to, msg)`` is called for every data frame that arrives (``to`` is
     the destination address written by the sender); ``on_peer_lost(addresses)``
     (optional, assignable) when a connection closes, with the addresses that no
-    longer have any live peer. For a client that must tell its user why it cannot reach
+    longer have any live peer, and ``on_peer_back(addresses)`` when one brings addresses no
+    other live connection had. For a client that must tell its user why it cannot reach
     the cluster (optional, assignable): ``on_handshake_failed(hostport, reason, by_peer)``
     when the handshake of a connection this endpoint dialled fails (``by_peer``: the peer
     refused us, else we refused the peer), ``on_dial_failed(hostport, reason)`` when a
@@ -357,7 +382,8 @@ class Endpoint:
                  listen_host: str = "127.0.0.1", listen_port: int | None = 0, *,
                  max_frame: int = MAX_FRAME, handshake_timeout_s: float = 5.0,
                  connect_timeout_s: float = 5.0, max_backoff_s: float = 5.0,
-                 on_peer_lost: Callable[[list[str]], None] | None = None) -> None:
+                 on_peer_lost: Callable[[list[str]], None] | None = None,
+                 keepalive_s: float = KEEPALIVE_S, keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S) -> None:
         if not isinstance(secret, (bytes, bytearray)) or not secret:
             raise ValueError("the cluster secret must be non-empty bytes")
         self._secret = bytes(secret)
@@ -365,6 +391,12 @@ class Endpoint:
         self._hosted_set = set(hosted)
         self.on_message = on_message
         self.on_peer_lost = on_peer_lost
+        self.on_peer_back: Callable[[list[str]], None] | None = None
+        self.keepalive_s = keepalive_s
+        self.keepalive_timeout_s = keepalive_timeout_s
+        self._keep: list[str] = []              # addresses whose process is dialled again when lost
+        self._ka_timer: asyncio.TimerHandle | None = None
+        self._ka_at = 0.0                       # when the last keepalive tick ran
         self.on_handshake_failed: Callable[[str, str, bool], None] | None = None
         self.on_dial_failed: Callable[[str, str], None] | None = None
         self.listen_host = listen_host
@@ -416,9 +448,60 @@ class Endpoint:
             port = self._server.sockets[0].getsockname()[1]
             self.address = f"{self.listen_host}:{port}"
             log.info("listening on %s", self.address)
+        if self.keepalive_s > 0:
+            self._ka_at = self._loop.time()
+            self._ka_timer = self._loop.call_later(self.keepalive_s, self._keepalive)
+
+    def _keepalive(self) -> None:
+        """Every keepalive_s: a ping on each connection nothing was written to since the last
+        tick, a close of each nothing was heard on for keepalive_timeout_s, and a dial of each
+        kept address's process that is not connected."""
+        if self._closed:
+            return
+        loop = self._loop
+        self._ka_timer = loop.call_later(self.keepalive_s, self._keepalive)   # (first: nothing below stops it)
+        try:
+            self._keepalive_pass(loop.time())
+        except Exception:
+            log.exception("keepalive pass failed")
+
+    def _keepalive_pass(self, now: float) -> None:
+        # A tick much later than asked: this loop was blocked, and what peers sent meanwhile may
+        # be unread yet. Their silence is ours: it does not count.
+        late = now - self._ka_at > 2 * self.keepalive_s
+        self._ka_at = now
+        limit = max(1, round(self.keepalive_timeout_s / self.keepalive_s))
+        for c in list(self._conns):
+            if c.state != READY or c.retired:
+                continue
+            if c.heard:
+                c.silent_ticks = 0
+            elif not late:
+                c.silent_ticks += 1
+                if c.silent_ticks >= limit:
+                    c._close(f"nothing heard for {self.keepalive_timeout_s:.1f} s (keepalive timeout)")
+                    continue
+            c.heard = False
+            if not c.wrote and not c.paused and c.transport is not None and not c.transport.is_closing():
+                c.transport.write(_pack_len(len(_PING)) + _PING)
+            c.wrote = False
+        for a in self._keep:
+            hp = self._routes.get(a) or self._routes.get(a.split(":", 1)[0])
+            if hp is not None and hp not in self._by_peer and a not in self._learned:
+                self._dial(hp)
+
+    def keep(self, address: str) -> None:
+        """Keep a connection to the process hosting ``address`` (its route's): dial it again every
+        keepalive_s while there is none (a PN process keeps its RM's, so that a restarted RM
+        hears of its quiet servers: on_peer_back on both sides)."""
+        if address not in self._keep:
+            self._keep.append(address)
 
     async def close(self) -> None:
         self._closed = True
+        if self._ka_timer is not None:
+            self._ka_timer.cancel()
+            self._ka_timer = None
         if self._server is not None:
             self._server.close()
         for t in list(self._dialling):
@@ -639,8 +722,19 @@ class Endpoint:
             if old is not None and old is not c and old.state != READY and old.out:
                 self._move_pending(old, c)       # frames queued on a dial we no longer need
             self._by_peer[hp] = c
+        new = [a for a in c.peer_hosted if a not in self._learned]
         for a in c.peer_hosted:
             self._learned[a] = c
+        self._back(new)
+
+    def _back(self, addresses: list[str]) -> None:
+        """``addresses`` have a live peer again (or for the first time): on_peer_back, at once,
+        so that actors hear it before the connection's first data frame."""
+        if addresses and self.on_peer_back is not None and not self._closed:
+            try:
+                self.on_peer_back(addresses)
+            except Exception:
+                log.exception("on_peer_back failed")
 
     def _move_pending(self, src: _Conn, dst: _Conn) -> None:
         if src.out:

@@ -82,7 +82,7 @@ def plan(seed: int) -> Plan:
     cfg = SimConfig(servers=servers, racks=racks, cores=4.0, mem_gb=16.0, scheduler=r.choice(["apollo", "greedy"]),
                     seed=seed, net=NetModel(jitter_s=jitter, loss=loss, dup=dup), crashes=crashes,
                     partitions=partitions, slow_fraction=slow, fail_prob=fail, jm_hosts=2, check=True,
-                    liveness_s=5.0, heartbeat_s=1.0, max_sim_s=MAX_SIM_S)
+                    keepalive_timeout_s=15.0, repeat_after_s=5.0, heartbeat_s=1.0, max_sim_s=MAX_SIM_S)
     return Plan(seed, workload, servers, racks, cfg, +faults)      # (+: the kinds that occur)
 
 

@@ -99,8 +99,12 @@ def load_cluster(folder: Path) -> tuple[dict, bytes]:
 # Live PNs report faster than simulated ones, and every status batch carries a reading planned
 # now (fresh_reports): with short tasks an older one makes a drained server look busy to the JM
 # host, which then leaves it idle until the RM's next view.
-LIVE_PN = {"heartbeat_s": 0.2, "liveness_s": 1.0, "fresh_reports": True}
+LIVE_PN = {"heartbeat_s": 0.2, "fresh_reports": True}
 VIEW_INTERVAL_S = 0.25      # the RM spreads its view this often
+# A restarted RM sends no view until every server has reported or this long has passed: PN
+# processes dial it again within the transport's connect backoff (at most 5 s) and then send
+# their state (PeerBack); a server not heard by then is dead as far as the view says.
+REJOIN_S = 6.0
 
 
 def pn_config(cfg: dict) -> PnConfig:
@@ -151,7 +155,7 @@ def add_actors(rt: LiveRuntime, info: dict, me: dict, folder: Path) -> None:
         tree = load_queue_file(folder / cfg["queues"]) if cfg.get("queues") else \
             single_queue(cfg.get("tokens") or find_profile(cfg.get("scheduler", "apollo")).tokens)
         rt.add("rm", RmState(RmConfig(cfg["pns"], shapes, cfg["cpus"], cfg["mem_gb"], view_interval_s=VIEW_INTERVAL_S,
-                                      dead_after_s=3.0, queues=tree, jm_hosts=hosts,
+                                      rejoin_s=REJOIN_S, queues=tree, jm_hosts=hosts,
                                       host_report_s=HOST_REPORT_S, host_dead_after_s=HOST_DEAD_AFTER_S)),
                store=SqliteJobStore(str(folder / "jobs.db")))
         rt.add("registrar", Registrar(info), store=JoinStore(folder / "joined.json"))
@@ -167,6 +171,9 @@ def add_actors(rt: LiveRuntime, info: dict, me: dict, folder: Path) -> None:
     else:
         for s in me["pns"]:
             rt.add(f"pn:{s}", PnState(s, pncfg))
+        # Quiet PNs send nothing: the process dials its RM again whenever the connection is gone,
+        # so that a restarted RM hears of them (PeerBack on both sides; docs/design.md, "Liveness").
+        rt.keep("rm")
         add_log_service(rt, me)         # "logs:NAME": its tasks' output, for `apollo logs`
 
 

@@ -47,7 +47,13 @@ class SimConfig:
     fresh_reports: bool = True
     heartbeat_s: float = 5.0
     view_interval_s: float = 1.0     # the RM spreads its cluster view this often
-    liveness_s: float = 60.0         # idle PNs report this often; the RM declares death after 3x
+    # A partition lasting this long makes the actors it separates hear PeerLost of each other
+    # (the live transport's keepalive timeout); a crash is heard at once. PNs report only on
+    # change: a quiet server sends nothing, and is dead when its connection is lost.
+    keepalive_timeout_s: float = 3.0
+    # A PN's report goes once more this long after it if nothing changed (PnConfig.repeat_after_s);
+    # None: the keepalive timeout when the network loses messages (net.loss), else never.
+    repeat_after_s: float | None = None
     fail_prob: float = 0.0           # chance a task attempt fails (a flaky machine, a bad input)
     slow_fraction: float = 0.0       # fraction of servers that run tasks slower (stragglers)
     slow_factor: float = 3.0
@@ -196,16 +202,19 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
     topo = Topology(cfg.servers, cfg.racks, cfg.cores, cfg.mem_gb)
     rec = Recorder(attempts=AttemptLog())
     rt = SimRuntime(seed=cfg.seed, net=cfg.net, wire=cfg.wire, task_model=TaskTruth(cfg, topo), log_sink=rec,
-                    check=cfg.check)
+                    check=cfg.check, keepalive_timeout_s=cfg.keepalive_timeout_s)
+    repeat = cfg.repeat_after_s
+    if repeat is None:
+        repeat = cfg.keepalive_timeout_s if cfg.net.loss > 0 else 0.0
     pncfg = PnConfig(cores=cfg.cores, mem_gb=cfg.mem_gb, heartbeat_s=cfg.heartbeat_s,
-                     liveness_s=cfg.liveness_s, fresh_reports=cfg.fresh_reports, stragglers=cfg.stragglers,
+                     repeat_after_s=repeat, fresh_reports=cfg.fresh_reports, stragglers=cfg.stragglers,
                      io=cfg.io)
     shapes = pncfg.grid.size
     token_name = cfg.tokens or find_profile(cfg.scheduler).tokens
     tree = cfg.queues or single_queue(token_name)
     hosts = tuple(f"jmhost:{k}" for k in range(cfg.jm_hosts))
     rmcfg = RmConfig(cfg.servers, shapes, cfg.cores, cfg.mem_gb, view_interval_s=cfg.view_interval_s,
-                     dead_after_s=3 * pncfg.liveness_s, queues=tree, jm_hosts=hosts,
+                     rejoin_s=cfg.keepalive_timeout_s, queues=tree, jm_hosts=hosts,
                      host_report_s=cfg.host_report_s, host_dead_after_s=cfg.host_dead_after_s,
                      clones=CloneConfig(beta=cfg.clone_beta,
                                         p=cfg.stragglers.p if cfg.clone_p is None else cfg.clone_p))
@@ -241,7 +250,8 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
             raise ValueError(f"--crash: no actor {who!r} in this cluster")
         rt.call_at(t, lambda a=addr: rt.crash(a))
         rt.call_at(t + down_for, lambda a=addr: rt.restart(a, new_actor(a)))
-    rt.partitions = list(cfg.partitions)
+    for p in cfg.partitions:
+        rt.add_partition(p)
     meta = {"topology": topo, "token_policy": token_name if cfg.queues is None else f"queues:{tree.sharing}",
             "profile": jmcfg.profile, "tree": tree}
     return rt, rec, client, meta
