@@ -5,6 +5,7 @@ import bisect
 import itertools
 from dataclasses import dataclass
 
+from apollo.core.cluster import IoModel
 from apollo.core.lifecycle import TaskState
 from apollo.core.messages import TaskReport, TaskSpec
 
@@ -84,3 +85,14 @@ def end_of(ended: "list[TaskReport]", key: tuple) -> "TaskReport | None":
         if r.attempt == attempt and r.task == task and r.job_id == job:
             return r
     return None
+
+
+def progress(a: "Attempt", now: float, io: IoModel) -> float:
+    """How far a running attempt is (0-1): a synthetic task by its modelled time (its compute
+    time stretched by its slowdown, plus start-up and input I/O); a command's is unknown (-1:
+    its JM judges it by elapsed time)."""
+    s = a.spec
+    if s.command is not None or a.started_at < 0:
+        return -1.0
+    total = s.duration_s * a.slowdown + io.io_time(s.input_bytes, s.locality)
+    return min(1.0, (now - a.started_at) / total) if total > 0 else 1.0

@@ -21,7 +21,8 @@ from apollo.core.lifecycle import TaskState, step
 from apollo.core.messages import (DemoteTask, Dispatch, Heartbeat, Holding, KillTask, ProbeJob, ProbeTask, StatusBatch,
                              TaskReport, TaskSpec, UpgradeTask, YieldJob)
 
-from .attempt import Attempt, as_opportunistic, as_regular, end_of, held_by_job, idle_reading, weighted_pick
+from .attempt import (Attempt, as_opportunistic, as_regular, end_of, held_by_job, idle_reading, progress,
+                      weighted_pick)
 from .config import (ABOUT_NOW_S, DISPATCHED, DISPATCHES_KEPT, DONE, ENDED_KEEP, FAILED, INF, JOBS_KEPT, MOVE_AFTER_S,
                      NEVER_S, READY, PnConfig)
 from .queue import Profile, release_waits
@@ -264,7 +265,7 @@ class PnState:
             rep = end_of(self.ended, key) or TaskReport(*key, int(READY), now, now, -1, "unknown attempt")
         else:
             rep = TaskReport(*key, int(a.state), a.started_at if a.started_at >= 0 else now, 0.0, 0, "probed",
-                             self._progress(a, now))
+                             progress(a, now, self.cfg.io))
         out: list = []
         self._emit_reports(now, out, {msg.job_id: [rep]})
         return out
@@ -546,8 +547,7 @@ class PnState:
             _, starts = self._plan(now)
             keep = []
             for a, t in zip(self.queue, starts):
-                if t <= now:
-                    self._make_room(a.spec, now, out, reports)
+                if t <= now and self._make_room(a.spec, now, out, reports):
                     self._start(a, now, rng, out, report=True, reports=reports)
                 else:
                     keep.append(a)
@@ -555,13 +555,19 @@ class PnState:
         if self.opp_queue:
             self._run_opportunistic(now, rng, out, reports)
 
-    def _make_room(self, s: TaskSpec, now: float, out: list, reports: dict) -> None:
-        """Preempt opportunistic tasks, youngest first, then the attempts of jobs yielding now,
-        youngest first, until the regular task ``s`` fits."""
+    def _make_room(self, s: TaskSpec, now: float, out: list, reports: dict) -> bool:
+        """Preempt opportunistic tasks, then attempts of jobs yielding now (youngest first) until
+        the regular task ``s`` fits; whether it does. A duplicate preempts no yielding attempt: a
+        kill is for the task's token, its first attempt's (both waiting for yield room at a
+        deadline killed twice for one task, docs/sharing.md); it waits for room freed otherwise."""
         if s.cpu <= self.free_cpu + 1e-9 and s.mem_gb <= self.free_mem + 1e-9:
-            return
-        victims = sorted((a for a in self.running.values() if a.spec.opportunistic or self._yields_now(a, now)),
+            return True
+        victims = sorted((a for a in self.running.values()
+                          if a.spec.opportunistic or (not s.kind and self._yields_now(a, now))),
                          key=lambda a: (not a.spec.opportunistic, -a.started_at))
+        if s.kind and (s.cpu > self.free_cpu + sum(v.spec.cpu for v in victims) + 1e-9
+                       or s.mem_gb > self.free_mem + sum(v.spec.mem_gb for v in victims) + 1e-9):
+            return False       # (nothing preempted: no room but a yielding attempt's)
         for v in victims:
             if s.cpu <= self.free_cpu + 1e-9 and s.mem_gb <= self.free_mem + 1e-9:
                 break
@@ -574,6 +580,7 @@ class PnState:
             rep = TaskReport(vs.job_id, vs.task, vs.attempt, int(v.state), v.started_at, now, -1, "preempted")
             self._ended(vs.key, rep)
             reports.setdefault(vs.job_id, []).append(rep)
+        return s.cpu <= self.free_cpu + 1e-9 and s.mem_gb <= self.free_mem + 1e-9
 
     def _run_opportunistic(self, now: float, rng, out: list, reports: dict) -> None:
         # Room now = what no regular task (running or planned to start now) holds: the regular
@@ -769,16 +776,6 @@ class PnState:
             if self.yielding:
                 here = {k[0] for k in self.running} | {a.spec.job_id for q in (self.queue, self.opp_queue) for a in q}
                 self.yielding = {j: v for j, v in self.yielding.items() if j in here}
-
-    def _progress(self, a: Attempt, now: float) -> float:
-        """How far a running attempt is (0-1): a synthetic task by its modelled time (its compute
-        time stretched by its slowdown, plus start-up and input I/O); a command's is unknown
-        (-1: its JM judges it by elapsed time)."""
-        s = a.spec
-        if s.command is not None or a.started_at < 0:
-            return -1.0
-        total = s.duration_s * a.slowdown + self.cfg.io.io_time(s.input_bytes, s.locality)
-        return min(1.0, (now - a.started_at) / total) if total > 0 else 1.0
 
     # ---- invariants --------------------------------------------------------
     def validate(self) -> None:

@@ -219,6 +219,29 @@ def test_at_the_deadline_waiting_regular_work_preempts_the_youngest_yielding_att
     p.validate()
 
 
+def test_at_the_deadline_a_duplicate_preempts_no_yielding_attempt_its_first_attempt_would():
+    """A kill is for a task's token, which its first attempt holds: a duplicate waiting for a
+    yielding attempt's room waits (its first attempt, waiting elsewhere, kills for the task)."""
+    from apollo.core.lifecycle import AttemptKind
+    for kind, kills in ((int(AttemptKind.DUPLICATE), 0), (0, 1)):
+        p = pn(cores=2.0, mem=8.0)
+        p.handle(Dispatch(1, [task(t=0, est=60), task(t=1, est=60)]), 0.0, Rng())
+        p.handle(YieldJob(1, 10.0), 5.0, Rng())
+        s = task(job=2, t=0, est=5)
+        s.kind = kind
+        if kind:
+            s.attempt = 1 << 15 | 1
+        p.handle(Dispatch(2, [s]), 6.0, Rng())
+        out = p.handle(Timer("yield"), 15.0, Rng())
+        assert len([e for e in out if isinstance(e, Kill)]) == kills
+        assert len([e for e in out if isinstance(e, Launch)]) == kills and len(p.queue) == 1 - kills
+        p.validate()
+        if kind:     # it starts when room frees otherwise
+            out = p.handle(TaskExited((1, 0, 1), True, 0, ""), 20.0, Rng())
+            assert [e.task.key for e in out if isinstance(e, Launch)] == [s.key] and not p.queue
+            p.validate()
+
+
 def test_a_heartbeat_says_what_each_jobs_regular_attempts_hold():
     p = pn(cores=4.0)
     p.handle(Dispatch(1, [task(t=0, cpu=1), task(t=1, cpu=2)]), 0.0, Rng())
