@@ -122,7 +122,7 @@ class JmHost:
         # (ViewInterest.touch and _touch, as bound set adds: one report per task comes this way)
         touch, unreported = self.interest.touched.add, self._unreported.add
         for b in batches:
-            apply_row(b.server, b.matrix, b.matrix_time, b.time, now)
+            apply_row(b.server, b.matrix, b.matrix_time, b.time, now, b.grow)
             job_id = b.job_id
             jm = jms.get(job_id)
             if jm is None:

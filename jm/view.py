@@ -42,6 +42,12 @@ class ViewCache:
         self._row = struct.Struct(f"={shapes}f")
         self._rows = memoryview(self.matrices.data).cast("B")
         self.stamps = np.full(servers, -np.inf)
+        # How each reading moves after its stamp (Heartbeat.grow): < 0, its waits count down; else
+        # those above zero grow at that rate (a server whose tasks overran reports once, not
+        # every few seconds, and this is its extrapolation). ``growing``: how many rows grow (0:
+        # every reading counts down, and the estimates take the plain path).
+        self.grows = np.full(servers, -1.0)
+        self.growing = 0
         self.boot_times = np.zeros(servers)
         # Whether a server's boot time is known (the RM had heard it when a view came): learning
         # it is not a restart (tasks sent there before the first view stay where they are)
@@ -132,6 +138,9 @@ class ViewCache:
         # the shapes that fit now are a prefix and their count picks the free CPUs. (Whole rows
         # are gathered, then sliced: a gather of contiguous rows is a copy per row.)
         elapsed = 0.0 if as_reported else (now - stamps)[..., None]
+        if self.growing and not as_reported:
+            # a growing reading's waits above zero never count down to "fits"
+            elapsed = np.where(self.grows[servers][..., None] < 0.0, elapsed, 0.0)
         fits = np.add.reduce(self.matrices[servers][..., ::len(self.mem_grid)] <= elapsed, axis=-1)
         free = self.free_of_fits[fits]
         if mine.any():
@@ -162,7 +171,10 @@ class ViewCache:
         # (free_cpu's arithmetic, read only where ``mine``: the waits at its CPU shapes gathered as
         # rows of a view, the few numpy calls a batch of one task pays for; the sum is taken only
         # where it adds anything, which leaves the rest as adding 0.0 would)
-        fits = np.add.reduce(self._cpu_waits[cand] <= elapsed[..., None], axis=-1)
+        el = elapsed[..., None]
+        if self.growing:
+            el = np.where(self.grows[cand][..., None] < 0.0, el, 0.0)   # (as _free_and_pending)
+        fits = np.add.reduce(self._cpu_waits[cand] <= el, axis=-1)
         free = self.free_of_fits[fits] - self.sent_cpu[cand]
         np.add(W, self.sent_wait[cand], out=W, where=mine & (free < cpu[:, None] - 1e-9))
 
@@ -179,6 +191,7 @@ class ViewCache:
         if newer.any():
             self.matrices[newer] = v.matrices.reshape(n, self.shapes)[newer]
             self.stamps[newer] = stamps[newer]
+            self._set_grows(newer, v.grows[newer])
         # (a boot time moves only when the server restarted, not by an estimate's jitter; it is
         # learnt from the first view in which the RM had heard the server)
         boots = v.boot_times + shift
@@ -194,9 +207,16 @@ class ViewCache:
         self.version += 1
         self._idle_checked_at = -np.inf              # a new view: look again
 
-    def apply_row(self, server: int, matrix: np.ndarray, time: float, sent: float = -1.0, now: float = 0.0) -> None:
+    def _set_grows(self, rows, grows) -> None:
+        """Rows ``rows`` now move by ``grows`` (keeping the count of growing rows)."""
+        was = int(np.count_nonzero(self.grows[rows] >= 0.0))
+        self.grows[rows] = grows
+        self.growing += int(np.count_nonzero(self.grows[rows] >= 0.0)) - was
+
+    def apply_row(self, server: int, matrix: np.ndarray, time: float, sent: float = -1.0, now: float = 0.0,
+                  grow: float = -1.0) -> None:
         """A PN's reading taken at ``time`` (its clock), in a message it sent at ``sent`` (< 0:
-        unknown) that arrived at ``now`` (ours)."""
+        unknown) that arrived at ``now`` (ours), moving by ``grow`` after it."""
         if sent >= 0:
             time += self.pn_clocks.observe(server, now, sent)
         if time > self.stamps.item(server):
@@ -208,4 +228,8 @@ class ViewCache:
             else:
                 self.matrices[server] = matrix
             self.stamps[server] = time
+            was = self.grows.item(server)
+            if was != grow:
+                self.grows[server] = grow
+                self.growing += int(grow >= 0.0) - int(was >= 0.0)
             self.version += 1

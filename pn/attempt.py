@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from apollo.core.lifecycle import TaskState
 from apollo.core.messages import TaskReport, TaskSpec
 
-from .config import NEVER_S, PnConfig
+from .config import INF, NEVER_S, PnConfig
 from .queue import release_waits
 
 
@@ -84,3 +84,61 @@ def end_of(ended: "list[TaskReport]", key: tuple) -> "TaskReport | None":
         if r.attempt == attempt and r.task == task and r.job_id == job:
             return r
     return None
+
+
+def room(running: "dict[tuple, Attempt]", free_c: float, free_m: float, cfg: PnConfig, yielding: dict[int, float],
+         now: float, include_opportunistic: bool) -> tuple[float, float, list, float, float]:
+    """(free cpu, free memory, releases, next, grow) of a server now: the room free now and the
+    (expected end, cpu, mem) of the running tasks that hold theirs, in time order; running
+    opportunistic tasks count as free unless asked.
+
+    A task past its runtime estimate is expected to run on (PnConfig.overrun_factor of its age):
+    its end moves with time, as does an opportunistic task's advertised end (free within
+    opportunistic_room_s, whenever asked). ``grow`` says how the reading planned on this room
+    moves after ``now`` until ``next``, when a task's planned end passes (or an opportunistic
+    task's end stops moving): -1.0, its waits count down (every end is fixed); else every wait
+    above zero grows by ``grow`` per second (the overrun factor if a task overruns, 0.0 if only
+    opportunistic ends move). Exact for a wait on moving ends alone; a wait on a fixed end that
+    a moving one masks is over-estimated until ``next``, when the PN plans and reports again.
+    So a receiver extrapolates the reading and a PN whose tasks overrun need not report again
+    while nothing changes (each task's planned end is one report, not one every few seconds)."""
+    rel = []
+    overrun = cfg.overrun_factor
+    opp_room = cfg.opportunistic_room_s
+    nxt = INF
+    grow = -1.0
+    for a in running.values():
+        s = a.spec
+        if s.opportunistic and not include_opportunistic:
+            free_c += s.cpu
+            free_m += s.mem_gb
+            continue
+        planned = a.started_at + s.est_runtime_s
+        if planned <= now:
+            end = now + overrun * (now - a.started_at) + 1e-3
+            moves = overrun
+        else:
+            end, moves = planned, -1.0
+        if s.opportunistic and now + opp_room < end:
+            end, moves = now + opp_room, 0.0
+        if yielding and not s.opportunistic and s.job_id in yielding:
+            # its room is regular work's from the job's deadline on (free now, once it passed)
+            at = yielding[s.job_id]
+            if at <= now + 1e-9:
+                free_c += s.cpu
+                free_m += s.mem_gb
+                continue
+            if at < end:
+                end, moves = at, -1.0
+        if moves < 0.0:
+            if end < nxt:
+                nxt = end
+        else:
+            if moves > grow:
+                grow = moves
+            if planned > now and planned - opp_room < nxt:
+                nxt = planned - opp_room    # an opportunistic task's end is fixed from then on
+        rel.append((end, s.cpu, s.mem_gb))
+    if len(rel) > 1:
+        rel.sort()
+    return free_c, free_m, rel, nxt, grow

@@ -28,6 +28,7 @@ class ClusterLoad:
         n = servers
         self.matrices = np.zeros((n, shapes), dtype=np.float32)
         self.stamps = np.full(n, -1.0)
+        self.grows = np.full(n, -1.0, dtype=np.float32)    # how each reading moves (Heartbeat.grow)
         self.boot_times = np.zeros(n)
         self.alive = np.zeros(n, dtype=np.uint8)
         self.alive_n = 0                 # alive.sum(), kept (capacity is read per admission)
@@ -84,6 +85,7 @@ class ClusterLoad:
             self.boot_times[s] = hb.boot_time + shift
         self.matrices[s] = hb.matrix
         self.stamps[s] = hb.time + shift
+        self.grows[s] = hb.grow
         if hb.jobs or self._pn_held[s][0]:
             self._set_held(s, tuple(hb.jobs), tuple(int(round(c * 1000)) for c in hb.job_cpus))
         self._running[s] = hb.running
@@ -210,7 +212,7 @@ class ClusterLoad:
     def view(self, now: float) -> ClusterView:
         """The ClusterView JM hosts schedule on (copies: the RM's rows move on)."""
         return ClusterView(now, self.matrices.ravel().copy(), self.stamps.copy(), self.boot_times.copy(),
-                           self.alive.copy(), self.lightly_loaded())
+                           self.alive.copy(), self.lightly_loaded(), self.grows.copy())
 
     def validate(self) -> None:
         assert self.matrices.shape == (self.servers, self.shapes)

@@ -23,7 +23,7 @@ def job(tasks=2, seconds=600.0):
 def cluster_view(h, at, wait=0.0):
     n, shapes = TOPO.servers, h.view.shapes
     return ClusterView(at, np.full(n * shapes, wait, np.float32), np.full(n, at), np.zeros(n),
-                       np.ones(n, np.uint8), np.arange(n, dtype=np.int32))
+                       np.ones(n, np.uint8), np.arange(n, dtype=np.int32), np.full(n, -1.0, np.float32))
 
 
 @pytest.fixture

@@ -18,7 +18,9 @@ from .wire import (BOOL, BYTES, F32, F64, FLOAT, I32, I64, INT, NAT, STR, STR_MA
 # (the protocol's users take these from here, with the messages)
 from .wire import REGISTRY, WireError, decode, encode, pack, unpack  # noqa: F401
 
-PROTOCOL_VERSION = 6     # 6: the transport's keepalive frame ["", "ping"] (apollo.runtime.transport)
+PROTOCOL_VERSION = 7     # 6: the transport's keepalive frame ["", "ping"] (apollo.runtime.transport)
+# 7: a reading's ``grow`` (StatusBatch, Heartbeat; ClusterView's ``grows``): how its waits move
+# after its time, so that a server whose tasks overrun reports once, not every few seconds
 
 
 # ---- nested structs: a job's spec (its codec spelled out), a task attempt, its report ------------
@@ -307,22 +309,25 @@ wire(KillTask, 6)
 class StatusBatch(Message):
     """PN -> JM: task state changes plus the PN's current wait-time matrix. Times are on the
     PN's clock; ``time``: when it was sent (< 0: unknown), from which the JM host estimates
-    that clock's offset from its own (apollo.core.clocks)."""
+    that clock's offset from its own (apollo.core.clocks). ``grow``: how the reading's waits
+    move after ``matrix_time`` (see ``Heartbeat``)."""
     job_id: int = field(metadata=NAT)
     server: int = field(metadata=NAT)
     reports: list[TaskReport] = field(metadata=lst(nested(TaskReport)))
     matrix: "np.ndarray | list[float]" = field(metadata=F32)  # float32 on the wire; a sender may hand a list
     matrix_time: float = field(metadata=FLOAT)
     time: float = field(metadata=FLOAT)
+    grow: float = field(metadata=FLOAT)
 
     def __init__(self, job_id: int, server: int, reports: list[TaskReport], matrix: "np.ndarray | list[float]",
-                 matrix_time: float, time: float = -1.0) -> None:
+                 matrix_time: float, time: float = -1.0, grow: float = -1.0) -> None:
         self.job_id = job_id
         self.server = server
         self.reports = reports
         self.matrix = matrix
         self.matrix_time = matrix_time
         self.time = time
+        self.grow = grow
 
 
 wire(StatusBatch, 7)
@@ -331,7 +336,13 @@ wire(StatusBatch, 7)
 @dataclass(init=False)
 class Heartbeat(Message):
     """PN -> RM. ``jobs`` / ``job_cpus``: the CPUs each job's regular attempts run on here
-    (queued and opportunistic attempts hold nothing): what the RM counts as held."""
+    (queued and opportunistic attempts hold nothing): what the RM counts as held.
+
+    ``grow``: how the reading's waits move after ``time`` (what a receiver extrapolates it by, so
+    that the PN need not report again while nothing changes): < 0, they count down (every
+    running task it waits on is expected to end at a fixed time); >= 0, every wait above zero
+    grows by ``grow`` per second (a running task past its planned end is expected to run on a
+    fraction of its age, PnConfig.overrun_factor: the longer it runs, the later its end)."""
     server: int = field(metadata=NAT)
     boot_time: float = field(metadata=FLOAT)
     time: float = field(metadata=FLOAT)
@@ -341,10 +352,11 @@ class Heartbeat(Message):
     cpu_free: float = field(metadata=FLOAT)
     jobs: list[int] = field(metadata=lst(NAT))
     job_cpus: list[float] = field(metadata=lst(FLOAT))
+    grow: float = field(metadata=FLOAT)
 
     def __init__(self, server: int, boot_time: float, time: float, matrix: "np.ndarray | list[float]",
                  running: int, queued: int, cpu_free: float, jobs: list[int] | None = None,
-                 job_cpus: list[float] | None = None) -> None:
+                 job_cpus: list[float] | None = None, grow: float = -1.0) -> None:
         self.server = server
         self.boot_time = boot_time
         self.time = time
@@ -354,6 +366,7 @@ class Heartbeat(Message):
         self.cpu_free = cpu_free
         self.jobs = [] if jobs is None else jobs
         self.job_cpus = [] if job_cpus is None else job_cpus
+        self.grow = grow
 
 
 wire(Heartbeat, 8)
@@ -361,13 +374,15 @@ wire(Heartbeat, 8)
 
 @dataclass
 class ClusterView(Message):
-    """RM -> JM hosts: every server's last matrix (flattened, servers x shapes) and liveness."""
+    """RM -> JM hosts: every server's last matrix (flattened, servers x shapes) and liveness;
+    ``grows``: each reading's ``grow`` (Heartbeat)."""
     time: float = field(metadata=FLOAT)
     matrices: np.ndarray = field(metadata=F32)
     stamps: np.ndarray = field(metadata=F64)
     boot_times: np.ndarray = field(metadata=F64)
     alive: np.ndarray = field(metadata=array("u1"))
     lightly_loaded: np.ndarray = field(metadata=I32)
+    grows: np.ndarray = field(metadata=F32)
 
 
 wire(ClusterView, 9)
