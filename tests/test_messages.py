@@ -25,8 +25,8 @@ def test_every_message_round_trips():
     msgs = [SubmitJob(-1, j, "client"), Dispatch(4, [task(), task(t=1, opp=True)]),
             Heartbeat(1, 0.5, 2.0, np.arange(12, dtype=np.float32), 2, 3, 1.0, [4, 9], [1.0, 0.5]),
             YieldJob(3, 2.5), DemoteTask(3, 1, 2),
-            ClusterView(1.0, np.zeros(24, np.float32), np.zeros(2), np.zeros(2), np.ones(2, np.uint8),
-                        np.array([1], np.int32), np.full(2, -1.0, np.float32))]
+            ClusterView(1.0, 7, 0, np.arange(2, dtype=np.int32), np.zeros(24, np.float32), np.zeros(2), np.zeros(2),
+                        np.ones(2, np.uint8), np.full(2, -1.0, np.float32), np.array([1], np.int32))]
     for m in msgs:
         back = unpack(pack(m))
         assert type(back) is type(m)
@@ -117,8 +117,12 @@ def samples():
         ("Heartbeat", M.Heartbeat(1, 0.5, 2.0, mat, 2, 3, 1.0)),
         ("Heartbeat-jobs", M.Heartbeat(1, 0.5, 2.0, [0.25, 1.0], 2, 3, 1.0, [4, 9], [1.0, 0.5])),
         ("Heartbeat-grow", M.Heartbeat(1, 0.5, 2.0, [0.25, 1.0], 2, 3, 1.0, [4], [1.0], 0.1)),
-        ("ClusterView", M.ClusterView(1.0, np.zeros(4, np.float32), np.arange(2.0), np.ones(2), np.ones(2, np.uint8),
-                                      np.array([1], np.int32), np.array([-1.0, 0.1], np.float32))),
+        ("ClusterView", M.ClusterView(1.0, 3, 0, np.arange(2, dtype=np.int32), np.zeros(4, np.float32), np.arange(2.0),
+                                      np.ones(2), np.ones(2, np.uint8), np.array([-1.0, 0.1], np.float32),
+                                      np.array([1], np.int32))),
+        ("ClusterView-delta", M.ClusterView(2.0, (3 << 32) + 9, (3 << 32) + 7, np.array([5], np.int32),
+                                            np.zeros(2, np.float32), np.ones(1), np.ones(1), np.zeros(1, np.uint8),
+                                            np.array([-1.0], np.float32), np.zeros(0, np.int32))),
         ("JobDemand", M.JobDemand(5, 3)), ("JobDemand-full", M.JobDemand(5, 3, 2, 0.5, 7)),
         ("JobDone", M.JobDone(5, False, "cancelled", 9.5, 3)), ("CancelJob", M.CancelJob(5)),
         ("UpgradeTask", M.UpgradeTask(5, 1, 2)), ("DemoteTask", M.DemoteTask(5, 1, 2)),
@@ -127,6 +131,8 @@ def samples():
         ("ReclaimTokens", M.ReclaimTokens(5, 1, 2, 0.5)), ("ReclaimTokens-seq", M.ReclaimTokens(5, 1, 2, 0.5, 3)),
         ("HostReport", M.HostReport("jmhost:0", np.array([5, 6]), np.array([1, 2]), np.array([0, 3]),
                                     np.array([1, 1]), np.array([6]), [b"\x80"])),
+        ("HostReport-view", M.HostReport("jmhost:0", np.array([5]), np.array([1]), np.array([0]),
+                                         np.array([1]), np.array([], np.int64), [], (3 << 32) + 7)),
         ("ReleaseJob", M.ReleaseJob(5, True)), ("ProbeJob", M.ProbeJob(5, 2, "jmhost:1")),
         ("Holding", M.Holding(5, 9, [t1], [r1], [r0])),
         ("JoinRequest", M.JoinRequest("pn", 2, -1, 4.0, 8.0, "10.0.0.2:7000", "x")),

@@ -18,9 +18,10 @@ from .wire import (BOOL, BYTES, F32, F64, FLOAT, I32, I64, INT, NAT, STR, STR_MA
 # (the protocol's users take these from here, with the messages)
 from .wire import REGISTRY, WireError, decode, encode, pack, unpack  # noqa: F401
 
-PROTOCOL_VERSION = 7     # 6: the transport's keepalive frame ["", "ping"] (apollo.runtime.transport)
+PROTOCOL_VERSION = 8     # 6: the transport's keepalive frame ["", "ping"] (apollo.runtime.transport)
 # 7: a reading's ``grow`` (StatusBatch, Heartbeat; ClusterView's ``grows``): how its waits move
-# after its time, so that a server whose tasks overrun reports once, not every few seconds
+# after its time, so that a server whose tasks overrun reports once, not every few seconds;
+# 8: ClusterView as deltas since the view the host acknowledged (HostReport.view_seq)
 
 
 # ---- nested structs: a job's spec (its codec spelled out), a task attempt, its report ------------
@@ -374,15 +375,25 @@ wire(Heartbeat, 8)
 
 @dataclass
 class ClusterView(Message):
-    """RM -> JM hosts: every server's last matrix (flattened, servers x shapes) and liveness;
-    ``grows``: each reading's ``grow`` (Heartbeat)."""
+    """RM -> JM host, every view interval: the rows of the servers whose state changed since
+    the view ``base`` this host acknowledged (HostReport.view_seq), or of every server (``base``
+    0: a full view, to a host the RM has no acknowledgement from). ``seq``: this view's number,
+    above every earlier RM incarnation's. Per row (``servers``): the server's last matrix
+    (flattened, rows x shapes), its time, boot time, liveness and the reading's ``grow``
+    (Heartbeat). ``lightly_loaded``: the RM's list, if it moved since ``base`` (else empty). A
+    delta is cumulative and its rows absolute, so a lost view is covered by the next, and one
+    applied twice is harmless; a view with no rows still says the RM vouched for the rows as of
+    ``time`` (the JMs' staleness term, jm/estimate.py) and is the host's tick for its JMs."""
     time: float = field(metadata=FLOAT)
+    seq: int = field(metadata=NAT)
+    base: int = field(metadata=NAT)
+    servers: np.ndarray = field(metadata=I32)
     matrices: np.ndarray = field(metadata=F32)
     stamps: np.ndarray = field(metadata=F64)
     boot_times: np.ndarray = field(metadata=F64)
     alive: np.ndarray = field(metadata=array("u1"))
-    lightly_loaded: np.ndarray = field(metadata=I32)
     grows: np.ndarray = field(metadata=F32)
+    lightly_loaded: np.ndarray = field(metadata=I32)
 
 
 wire(ClusterView, 9)
@@ -519,6 +530,7 @@ class HostReport(Message):
     in_use: np.ndarray = field(metadata=I64)
     progress_jobs: np.ndarray = field(metadata=I64)
     progress: list = field(metadata=lst(BYTES))
+    view_seq: int = field(default=0, metadata=NAT)   # the last ClusterView it applied (0: none)
 
 
 wire(HostReport, 16)
