@@ -94,12 +94,12 @@ def room(running: "dict[tuple, Attempt]", free_c: float, free_m: float, cfg: PnC
 
     A task past its runtime estimate is expected to run on (PnConfig.overrun_factor of its age):
     its end moves with time, as does an opportunistic task's advertised end (free within
-    opportunistic_room_s, whenever asked). ``grow`` says how the reading planned on this room
-    moves after ``now`` until ``next``, when a task's planned end passes (or an opportunistic
-    task's end stops moving): -1.0, its waits count down (every end is fixed); else every wait
-    above zero grows by ``grow`` per second (the overrun factor if a task overruns, 0.0 if only
-    opportunistic ends move). Exact for a wait on moving ends alone; a wait on a fixed end that
-    a moving one masks is over-estimated until ``next``, when the PN plans and reports again.
+    opportunistic_room_s, whenever asked, which receivers count down to free). ``grow`` says
+    how the reading planned on this room moves after ``now`` until ``next``, when a task's
+    planned end passes: -1.0, its waits count down (every end is fixed); else every wait above
+    zero grows by ``grow`` per second (the overrun factor: a task overran). Exact for a wait on
+    overrunning ends alone; a wait on a fixed end that a moving one masks is over-estimated until
+    ``next``, when the PN plans and reports again.
     So a receiver extrapolates the reading and a PN whose tasks overrun need not report again
     while nothing changes (each task's planned end is one report, not one every few seconds)."""
     rel = []
@@ -119,8 +119,14 @@ def room(running: "dict[tuple, Attempt]", free_c: float, free_m: float, cfg: PnC
             moves = overrun
         else:
             end, moves = planned, -1.0
+        capped = False
         if s.opportunistic and now + opp_room < end:
-            end, moves = now + opp_room, 0.0
+            # Advertised as free within opportunistic_room_s (PnConfig.advertise_opportunistic), and
+            # counted down to free by the receivers from there: a server holding only
+            # opportunistic work reads as free, as a slot scheduler may use it. No report is
+            # due for it: a plan at any later time would say "free within opportunistic_room_s"
+            # again, at most that much from what the receivers hold.
+            end, moves, capped = now + opp_room, -1.0, True
         if yielding and not s.opportunistic and s.job_id in yielding:
             # its room is regular work's from the job's deadline on (free now, once it passed)
             at = yielding[s.job_id]
@@ -131,13 +137,10 @@ def room(running: "dict[tuple, Attempt]", free_c: float, free_m: float, cfg: PnC
             if at < end:
                 end, moves = at, -1.0
         if moves < 0.0:
-            if end < nxt:
+            if end < nxt and not capped:
                 nxt = end
-        else:
-            if moves > grow:
-                grow = moves
-            if planned > now and planned - opp_room < nxt:
-                nxt = planned - opp_room    # an opportunistic task's end is fixed from then on
+        elif moves > grow:
+            grow = moves
         rel.append((end, s.cpu, s.mem_gb))
     if len(rel) > 1:
         rel.sort()

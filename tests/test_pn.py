@@ -276,3 +276,15 @@ def test_status_batches_carry_the_readings_grow():
     out = p.handle(TaskExited((1, 1, 1), True), 13.0, Rng())
     (sb,) = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)]
     assert sb.matrix_time == 10.0 and sb.grow == p.cfg.overrun_factor   # the last reading, as it moves
+
+
+def test_a_server_holding_only_opportunistic_work_reads_free_soon_and_is_not_reported_again():
+    """Its room is advertised as free within opportunistic_room_s, counted down by receivers to
+    free (a slot scheduler may use it): no report falls due while the task runs."""
+    p = pn(cores=1.0)
+    p.handle(Dispatch(1, [task(t=0, est=60.0, dur=60.0, opp=True)]), 0.0, Rng())
+    out = p.handle(Timer("hb"), 1.0, Rng())
+    (hb,) = [e.msg for e in out if isinstance(e, Send)]
+    assert hb.grow == -1.0 and hb.matrix[0] == pytest.approx(p.cfg.opportunistic_room_s)
+    out = p.handle(Timer("hb"), 2.0, Rng())
+    assert not [e for e in out if isinstance(e, (Send, SetTimer))]
