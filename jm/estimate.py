@@ -119,8 +119,14 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
     stamps = view.stamps[cand]
     elapsed = now - stamps
     clock = np.maximum(elapsed, 0.0)
-    # The queue has drained since the reading was planned (waits count down from its stamp).
+    # The queue has drained since the reading was planned (waits count down from its stamp),
+    # unless its server's tasks overran: then its waits above zero grow (ViewCache.grows).
     drained = np.maximum(wait - clock, 0.0)
+    if view.growing:
+        g = view.grows[cand]
+        up = g >= 0.0
+        if np.count_nonzero(up):
+            drained = np.where(up, np.where(wait > 0.0, wait + g * clock, 0.0), drained)
     # PNs report on change, so a quiet server's reading stays right; what is uncertain is the
     # time since anyone vouched for it: the RM's last view, or a newer piggybacked reading:
     # min(max(now - max(stamp, view time), 0), max_stale_s). (Subtraction is monotone, so that

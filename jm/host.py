@@ -48,15 +48,12 @@ class JmHost:
         if t is list:
             return self._on_statuses(event, now, rng)
         if t is ClusterView:
-            view = self.view
-            was_alive, was_boot, was_known = view.alive.copy(), view.boot_times.copy(), view.boot_known.copy()
             try:
-                view.apply_view(event, now)
+                lost = self.view.apply_view(event, now)
             except ValueError as e:
                 return [Log("warn", (str(e),))]
-            # (a boot time learnt, not changed, is no restart: tasks sent before the first view
-            # stay put)
-            lost = np.flatnonzero((was_alive & ~view.alive) | ((view.boot_times > was_boot) & was_known))
+            if lost is None:
+                return []        # a delta this host cannot apply: the next view repairs it
             if len(lost):
                 return self._view_to_all(now, rng, lost)
             return self._view_to_asked(now, rng)
@@ -122,7 +119,7 @@ class JmHost:
         # (ViewInterest.touch and _touch, as bound set adds: one report per task comes this way)
         touch, unreported = self.interest.touched.add, self._unreported.add
         for b in batches:
-            apply_row(b.server, b.matrix, b.matrix_time, b.time, now)
+            apply_row(b.server, b.matrix, b.matrix_time, b.time, now, b.grow)
             job_id = b.job_id
             jm = jms.get(job_id)
             if jm is None:
@@ -203,7 +200,7 @@ class JmHost:
                                              np.fromiter(demand.values(), dtype=np.int64, count=n),
                                              np.fromiter(in_use.values(), dtype=np.int64, count=n),
                                              np.asarray(progressed, dtype=np.int64),
-                                             [jms[j].done_bitmap() for j in progressed])),
+                                             [jms[j].done_bitmap() for j in progressed], self.view.seq)),
                 SetTimer(self.cfg.host_report_s, "report")]
 
     def _route(self, job_id: int, event, now: float, rng) -> list:

@@ -42,6 +42,12 @@ class ViewCache:
         self._row = struct.Struct(f"={shapes}f")
         self._rows = memoryview(self.matrices.data).cast("B")
         self.stamps = np.full(servers, -np.inf)
+        # How each reading moves after its stamp (Heartbeat.grow): < 0, its waits count down; else
+        # those above zero grow at that rate (a server whose tasks overran reports once, not
+        # every few seconds, and this is its extrapolation). ``growing``: how many rows grow (0:
+        # every reading counts down, and the estimates take the plain path).
+        self.grows = np.full(servers, -1.0)
+        self.growing = 0
         self.boot_times = np.zeros(servers)
         # Whether a server's boot time is known (the RM had heard it when a view came): learning
         # it is not a restart (tasks sent there before the first view stay where they are)
@@ -50,6 +56,7 @@ class ViewCache:
         self.alive_count = servers                   # as of the last view (bounds batch sizes)
         self.lightly_loaded = np.arange(servers, dtype=np.int32)
         self.time = -np.inf                          # when the RM's last view was taken
+        self.seq = 0                                 # ... and its number (HostReport.view_seq)
         # The host's own dispatch ledger: work its JMs sent to each server after that server's
         # last reading (expected busy seconds per core, and CPUs). Co-located JMs thereby see
         # each other's placements before any PN reports them.
@@ -132,6 +139,9 @@ class ViewCache:
         # the shapes that fit now are a prefix and their count picks the free CPUs. (Whole rows
         # are gathered, then sliced: a gather of contiguous rows is a copy per row.)
         elapsed = 0.0 if as_reported else (now - stamps)[..., None]
+        if self.growing and not as_reported:
+            # a growing reading's waits above zero never count down to "fits"
+            elapsed = np.where(self.grows[servers][..., None] < 0.0, elapsed, 0.0)
         fits = np.add.reduce(self.matrices[servers][..., ::len(self.mem_grid)] <= elapsed, axis=-1)
         free = self.free_of_fits[fits]
         if mine.any():
@@ -162,41 +172,73 @@ class ViewCache:
         # (free_cpu's arithmetic, read only where ``mine``: the waits at its CPU shapes gathered as
         # rows of a view, the few numpy calls a batch of one task pays for; the sum is taken only
         # where it adds anything, which leaves the rest as adding 0.0 would)
-        fits = np.add.reduce(self._cpu_waits[cand] <= elapsed[..., None], axis=-1)
+        el = elapsed[..., None]
+        if self.growing:
+            el = np.where(self.grows[cand][..., None] < 0.0, el, 0.0)   # (as _free_and_pending)
+        fits = np.add.reduce(self._cpu_waits[cand] <= el, axis=-1)
         free = self.free_of_fits[fits] - self.sent_cpu[cand]
         np.add(W, self.sent_wait[cand], out=W, where=mine & (free < cpu[:, None] - 1e-9))
 
-    def apply_view(self, v: ClusterView, now: float = 0.0) -> None:
+    def apply_view(self, v: ClusterView, now: float = 0.0) -> "np.ndarray | None":
         """Fold in the RM's view (its times on the RM's clock, turned into ours; ``now``: when it
-        arrived)."""
-        n = self.servers
-        if len(v.stamps) != n or len(v.matrices) != n * self.shapes:
-            raise ValueError(f"cluster view for {len(v.stamps)} servers x {len(v.matrices) // max(len(v.stamps), 1)}"
-                             f" shapes does not fit this host's {n} x {self.shapes}")
+        arrived): a full one (``base`` 0), or a delta from a view this host applied (``base`` at
+        most ``seq``: its rows are every row changed since, so it brings this host to the RM's
+        view ``v.seq``). A delta from a view this host has not got (it restarted; the view
+        before was lost), or one older than the last applied, is left (None): the next starts
+        from what this host's report acknowledges. Returns the servers it shows lost (dead, or
+        restarted)."""
+        n, shapes = self.servers, self.shapes
+        rows = v.servers
+        k = len(rows)
+        if len(v.stamps) != k or len(v.matrices) != k * shapes or len(v.boot_times) != k or len(v.alive) != k \
+                or len(v.grows) != k or (v.base == 0 and k != n) \
+                or (k and (int(rows.min()) < 0 or int(rows.max()) >= n)):
+            raise ValueError(f"cluster view of {k} rows x {len(v.matrices) // max(k, 1)} shapes (base {v.base})"
+                             f" does not fit this host's {n} servers x {shapes} shapes")
+        if v.base != 0 and (v.base > self.seq or v.seq <= self.seq):
+            return None
         shift = self.rm_clock.observe(0, now, v.time)
-        stamps = v.stamps + shift
-        newer = stamps > self.stamps
-        if newer.any():
-            self.matrices[newer] = v.matrices.reshape(n, self.shapes)[newer]
-            self.stamps[newer] = stamps[newer]
-        # (a boot time moves only when the server restarted, not by an estimate's jitter; it is
-        # learnt from the first view in which the RM had heard the server)
-        boots = v.boot_times + shift
-        alive = v.alive.astype(bool)
-        take = alive & (~self.boot_known | (boots > self.boot_times + BOOT_JITTER_S))
-        self.boot_times = np.where(take, boots, self.boot_times)
-        self.boot_known |= alive
-        self.alive = alive
-        self.alive_count = int(self.alive.sum())
+        lost = rows[:0]
+        if k:
+            stamps = v.stamps + shift
+            newer = stamps > self.stamps[rows]
+            if newer.any():
+                r = rows[newer]
+                self.matrices[r] = v.matrices.reshape(k, shapes)[newer]
+                self.stamps[r] = stamps[newer]
+                self._set_grows(r, v.grows[newer])
+            # (a boot time moves only when the server restarted, not by an estimate's jitter; it
+            # is learnt from the first view in which the RM had heard the server)
+            boots = v.boot_times + shift
+            alive = v.alive.astype(bool)
+            was_alive, was_boot, known = self.alive[rows], self.boot_times[rows], self.boot_known[rows]
+            take = alive & (~known | (boots > was_boot + BOOT_JITTER_S))
+            now_boot = np.where(take, boots, was_boot)
+            self.boot_times[rows] = now_boot
+            self.boot_known[rows] = known | alive
+            self.alive[rows] = alive
+            self.alive_count = int(self.alive.sum())
+            # (a boot time learnt, not changed, is no restart: tasks sent before the first view
+            # stay put)
+            lost = rows[(was_alive & ~alive) | ((now_boot > was_boot) & known)]
         if len(v.lightly_loaded):
             self.lightly_loaded = v.lightly_loaded
         self.time = v.time + shift
+        self.seq = v.seq
         self.version += 1
         self._idle_checked_at = -np.inf              # a new view: look again
+        return lost
 
-    def apply_row(self, server: int, matrix: np.ndarray, time: float, sent: float = -1.0, now: float = 0.0) -> None:
+    def _set_grows(self, rows, grows) -> None:
+        """Rows ``rows`` now move by ``grows`` (keeping the count of growing rows)."""
+        was = int(np.count_nonzero(self.grows[rows] >= 0.0))
+        self.grows[rows] = grows
+        self.growing += int(np.count_nonzero(self.grows[rows] >= 0.0)) - was
+
+    def apply_row(self, server: int, matrix: np.ndarray, time: float, sent: float = -1.0, now: float = 0.0,
+                  grow: float = -1.0) -> None:
         """A PN's reading taken at ``time`` (its clock), in a message it sent at ``sent`` (< 0:
-        unknown) that arrived at ``now`` (ours)."""
+        unknown) that arrived at ``now`` (ours), moving by ``grow`` after it."""
         if sent >= 0:
             time += self.pn_clocks.observe(server, now, sent)
         if time > self.stamps.item(server):
@@ -208,4 +250,8 @@ class ViewCache:
             else:
                 self.matrices[server] = matrix
             self.stamps[server] = time
+            was = self.grows.item(server)
+            if was != grow:
+                self.grows[server] = grow
+                self.growing += int(grow >= 0.0) - int(was >= 0.0)
             self.version += 1

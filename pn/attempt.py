@@ -9,7 +9,7 @@ from apollo.core.cluster import IoModel
 from apollo.core.lifecycle import TaskState
 from apollo.core.messages import TaskReport, TaskSpec
 
-from .config import NEVER_S, PnConfig
+from .config import INF, NEVER_S, PnConfig
 from .queue import release_waits
 
 
@@ -96,3 +96,64 @@ def progress(a: "Attempt", now: float, io: IoModel) -> float:
         return -1.0
     total = s.duration_s * a.slowdown + io.io_time(s.input_bytes, s.locality)
     return min(1.0, (now - a.started_at) / total) if total > 0 else 1.0
+
+
+def room(running: "dict[tuple, Attempt]", free_c: float, free_m: float, cfg: PnConfig, yielding: dict[int, float],
+         now: float, include_opportunistic: bool) -> tuple[float, float, list, float, float]:
+    """(free cpu, free memory, releases, next, grow) of a server now: the room free now and the
+    (expected end, cpu, mem) of the running tasks that hold theirs, in time order; running
+    opportunistic tasks count as free unless asked.
+
+    A task past its runtime estimate is expected to run on (PnConfig.overrun_factor of its age):
+    its end moves with time, as does an opportunistic task's advertised end (free within
+    opportunistic_room_s, whenever asked, which receivers count down to free). ``grow`` says
+    how the reading planned on this room moves after ``now`` until ``next``, when a task's
+    planned end passes: -1.0, its waits count down (every end is fixed); else every wait above
+    zero grows by ``grow`` per second (the overrun factor: a task overran). Exact for a wait on
+    overrunning ends alone; a wait on a fixed end that a moving one masks is over-estimated until
+    ``next``, when the PN plans and reports again.
+    So a receiver extrapolates the reading and a PN whose tasks overrun need not report again
+    while nothing changes (each task's planned end is one report, not one every few seconds)."""
+    rel = []
+    overrun = cfg.overrun_factor
+    opp_room = cfg.opportunistic_room_s
+    nxt = INF
+    grow = -1.0
+    for a in running.values():
+        s = a.spec
+        if s.opportunistic and not include_opportunistic:
+            free_c += s.cpu
+            free_m += s.mem_gb
+            continue
+        planned = a.started_at + s.est_runtime_s
+        if planned <= now:
+            end = now + overrun * (now - a.started_at) + 1e-3
+            moves = overrun
+        else:
+            end, moves = planned, -1.0
+        capped = False
+        if s.opportunistic and now + opp_room < end:
+            # Advertised as free within opportunistic_room_s (PnConfig.advertise_opportunistic), and
+            # counted down to free by the receivers from there: a server holding only
+            # opportunistic work reads as free, as a slot scheduler may use it. No report is
+            # due for it: a plan at any later time would say "free within opportunistic_room_s"
+            # again, at most that much from what the receivers hold.
+            end, moves, capped = now + opp_room, -1.0, True
+        if yielding and not s.opportunistic and s.job_id in yielding:
+            # its room is regular work's from the job's deadline on (free now, once it passed)
+            at = yielding[s.job_id]
+            if at <= now + 1e-9:
+                free_c += s.cpu
+                free_m += s.mem_gb
+                continue
+            if at < end:
+                end, moves = at, -1.0
+        if moves < 0.0:
+            if end < nxt and not capped:
+                nxt = end
+        elif moves > grow:
+            grow = moves
+        rel.append((end, s.cpu, s.mem_gb))
+    if len(rel) > 1:
+        rel.sort()
+    return free_c, free_m, rel, nxt, grow

@@ -58,7 +58,7 @@ class PnConfig:
     # time it has run so far (runtimes are heavy-tailed: the longer a task has run, the longer
     # it is likely to go on); planning it as about to end would advertise a busy server as free.
     overrun_factor: float = 0.1
-    revise_every_s: float = 5.0      # re-report an overrunning task's server at most this often
+    revise_every_s: float = 5.0      # report a running task's planned end at most this often
     # A regular task still queued this long after it arrived is reported queued (a JM moves a
     # task only once it knows the task is stuck in a queue, never a running one); a task that
     # starts sooner reports only when it ends, like one that started on arrival. This keeps a

@@ -21,7 +21,7 @@ from apollo.core.lifecycle import TaskState, step
 from apollo.core.messages import (DemoteTask, Dispatch, Heartbeat, Holding, KillTask, ProbeJob, ProbeTask, StatusBatch,
                              TaskReport, TaskSpec, UpgradeTask, YieldJob)
 
-from .attempt import (Attempt, as_opportunistic, as_regular, end_of, held_by_job, idle_reading, progress,
+from .attempt import (Attempt, as_opportunistic, as_regular, end_of, held_by_job, idle_reading, progress, room,
                       weighted_pick)
 from .config import (ABOUT_NOW_S, DISPATCHED, DISPATCHES_KEPT, DONE, ENDED_KEEP, FAILED, INF, JOBS_KEPT, MOVE_AFTER_S,
                      NEVER_S, READY, PnConfig)
@@ -37,7 +37,7 @@ class PnState:
     watches = ("rm",)
     # (slots: 20,000 of these in a simulation, each touched at random; no per-object dict)
     __slots__ = ("server", "cfg", "boot_time", "queue", "opp_queue", "running", "free_cpu", "free_mem",
-                 "_matrix", "_matrix_time", "_waits", "_planned_at", "_avail", "_overdue_at", "_last_m", "_last_t", "_hb_due",
+                 "_matrix", "_matrix_time", "_grow", "_last_g", "_waits", "_planned_at", "_avail", "_overdue_at", "_last_m", "_last_t", "_hb_due",
                  "_changed", "_quiet_due", "_repeat_due", "_revise_at", "_queued_due", "ended", "jm_at", "_dispatches",
                  "_jm_default",
                  "_idle_w", "_gcpu", "_gmem", "yielding", "_yield_due", "_early_upgrades")
@@ -53,12 +53,14 @@ class PnState:
         self.free_mem = config.mem_gb
         self._matrix: list | None = None        # cached reading (relative to _matrix_time)
         self._matrix_time = 0.0
+        self._grow = -1.0                       # how it moves after that (attempt.room)
         self._waits: list[float] = []           # the last planned waits, from _planned_at
         self._planned_at = 0.0
         self._avail: list | None = None         # absolute start times of the shapes, made on demand
         self._overdue_at = INF                  # when a shape the room does not fit now is due
         self._last_m: list | None = None        # the last planned reading, kept across changes,
-        self._last_t = 0.0                      # and when it was planned
+        self._last_t = 0.0                      # and when it was planned, and how it moves
+        self._last_g = -1.0
         self._hb_due = INF                      # when the armed heartbeat timer fires
         self._changed = True                    # the queues changed since the last heartbeat
         self._quiet_due = INF                   # a running task outlives its plan: report by then
@@ -501,7 +503,8 @@ class PnState:
     def _plan(self, now: float, include_opportunistic: bool = False,
               room: tuple | None = None) -> tuple[Profile, list[float]]:
         """Plan the regular queue onto the profile of ``room`` (from ``_room``; made if not given)."""
-        prof = Profile(now, *(room or self._room(now, include_opportunistic)))
+        r = room or self._room(now, include_opportunistic)
+        prof = Profile(now, r[0], r[1], r[2])
         starts = []
         inf = INF
         pc = pm = pd = inf        # the last planned task's shape, runtime and start
@@ -614,7 +617,9 @@ class PnState:
         reading is made per heartbeat, and numpy's per-call cost on 12 numbers was ~4% of a
         20,000-server run; the receivers store it into their float32 views (the same rounding).
         """
-        if self._matrix is None or now >= self._revise_at:
+        # (a reading whose waits grow is planned again when asked at another time: the receivers
+        # extrapolate it as planning would, attempt.room, so the PN says the same)
+        if self._matrix is None or now >= self._revise_at or (self._grow >= 0.0 and now != self._matrix_time):
             cfg = self.cfg
             if not self.running and not self.queue:
                 # An empty server (a third of the readings at scale): every shape it can hold
@@ -623,15 +628,16 @@ class PnState:
                 if w is None:
                     w = self._idle_w = idle_reading(cfg)
                 self._revise_at = INF
+                self._grow = self._last_g = -1.0
                 self._waits, self._planned_at, self._avail = w, now, None
                 self._matrix = self._last_m = w
                 self._matrix_time = self._last_t = now
                 return w
             opp = cfg.advertise_opportunistic
             room = self._room(now, opp)
-            releases = room[2]
-            # The plan holds until the first running task outlives its planned end.
-            self._revise_at = releases[0][0] if releases else INF
+            # The plan holds (extrapolated by grow) until a running task outlives its planned end.
+            self._revise_at = room[3]
+            self._grow = self._last_g = room[4]
             if not self.queue:
                 # Nothing queued: room only grows as running tasks end (no plan needed).
                 w = release_waits(now, room[0], room[1], room[2], self._gcpu, self._gmem, NEVER_S)
@@ -666,37 +672,9 @@ class PnState:
             self._matrix_time = now
         return self._matrix
 
-    def _room(self, now: float, include_opportunistic: bool) -> tuple[float, float, list]:
-        """Free cpu and memory now and the (expected end, cpu, mem) of the running tasks that
-        hold their room, in time order; running opportunistic tasks count as free unless asked.
-        A task past its runtime estimate is expected to run on (PnConfig.overrun_factor)."""
-        free_c, free_m = self.free_cpu, self.free_mem
-        rel = []
-        overrun = self.cfg.overrun_factor
-        yielding = self.yielding
-        for a in self.running.values():
-            s = a.spec
-            if s.opportunistic and not include_opportunistic:
-                free_c += s.cpu
-                free_m += s.mem_gb
-                continue
-            end = a.started_at + s.est_runtime_s
-            if end <= now:
-                end = now + overrun * (now - a.started_at) + 1e-3
-            if s.opportunistic:
-                end = min(end, now + self.cfg.opportunistic_room_s)
-            if yielding and not s.opportunistic and s.job_id in yielding:
-                # its room is regular work's from the job's deadline on (free now, once it passed)
-                at = yielding[s.job_id]
-                if at <= now + 1e-9:
-                    free_c += s.cpu
-                    free_m += s.mem_gb
-                    continue
-                end = min(end, at)
-            rel.append((end, s.cpu, s.mem_gb))
-        if len(rel) > 1:
-            rel.sort()
-        return free_c, free_m, rel
+    def _room(self, now: float, include_opportunistic: bool) -> tuple[float, float, list, float, float]:
+        """The room now, the running tasks' expected ends, and how they move (attempt.room)."""
+        return room(self.running, self.free_cpu, self.free_mem, self.cfg, self.yielding, now, include_opportunistic)
 
     def _heartbeat(self, now: float) -> list:
         """Report to the RM if the queues changed since the last report, a running task outlived
@@ -732,7 +710,8 @@ class PnState:
         self._repeat_due = now + cfg.repeat_after_s if cfg.repeat_after_s > 0 and not repeat else INF
         jobs, cpus = held_by_job(self.running)
         out.append(Send(cfg.rm, Heartbeat(self.server, self.boot_time, now, matrix, len(self.running),
-                                          len(self.queue) + len(self.opp_queue), self.free_cpu, jobs, cpus)))
+                                          len(self.queue) + len(self.opp_queue), self.free_cpu, jobs, cpus,
+                                          self._grow)))
 
     def _changed_now(self, now: float, out: list) -> None:
         """The queues changed: make sure the RM hears within heartbeat_s."""
@@ -751,17 +730,18 @@ class PnState:
         # carries a fresh one.
         m = self._matrix
         if m is not None:
-            t = self._matrix_time
+            t, g = self._matrix_time, self._grow
         else:
-            m, t = self._last_m, self._last_t
+            m, t, g = self._last_m, self._last_t, self._last_g
             if m is None or (self.cfg.fresh_reports and now - t >= self.cfg.replan_after_s):
                 m, t = self._reading(now), now
+                g = self._grow
         jm_at = self.jm_at
         default = self._jm_default
         for job_id, reps in reports.items():
             at = jm_at.get(job_id) if jm_at else None
             to = at[1] if at is not None else (default or f"jm:{job_id}")
-            out.append(Send(to, StatusBatch(job_id, self.server, reps, m, t, now)))
+            out.append(Send(to, StatusBatch(job_id, self.server, reps, m, t, now, g)))
 
     # ---- what this PN holds and lately ended -------------------------------
     def _ended(self, key: tuple, rep: TaskReport) -> None:

@@ -2,6 +2,11 @@
 besides (tasks running and queued, free CPUs, the CPUs each job's regular attempts hold on it),
 which servers are alive, the capacity they add up to, and the ClusterView sent to JM hosts.
 
+Views are deltas (docs/control-plane.md): each view is numbered, each row remembers the first
+view that shows it as it is (``row_seq``), and a host is sent the rows changed since the view it
+acknowledged in its last HostReport (``acked``), every row if none: a quiet cluster's view is a
+few bytes, whatever its size, and a lost one is covered by the next.
+
 A server is alive from its first heartbeat until the RM hears PeerLost of its PN (the runtime's
 word that the connection went: docs/design.md, "Liveness"); a PN reports only when something
 changed, so silence says nothing. No scan of the servers' stamps, then: none is ever overdue.
@@ -28,6 +33,16 @@ class ClusterLoad:
         n = servers
         self.matrices = np.zeros((n, shapes), dtype=np.float32)
         self.stamps = np.full(n, -1.0)
+        self.grows = np.full(n, -1.0, dtype=np.float32)    # how each reading moves (Heartbeat.grow)
+        # The views: the last one's number, and per row the first view that shows it as it is
+        # (a row changed since a host's acknowledged view goes in its next view). Numbers go
+        # above every earlier incarnation's (restarted), so an acknowledgement a host gives for
+        # an older RM's view asks for every row.
+        self.view_seq = 0
+        self.row_seq = np.zeros(n, dtype=np.int64)
+        self.acked: dict[str, int] = {}              # host -> the last view it applied (HostReport)
+        self._light_sent = np.zeros(0, dtype=np.int32)   # the lightly-loaded list of the last view
+        self._light_seq = 0                          # ... and the first view that showed it
         self.boot_times = np.zeros(n)
         self.alive = np.zeros(n, dtype=np.uint8)
         self.alive_n = 0                 # alive.sum(), kept (capacity is read per admission)
@@ -84,6 +99,8 @@ class ClusterLoad:
             self.boot_times[s] = hb.boot_time + shift
         self.matrices[s] = hb.matrix
         self.stamps[s] = hb.time + shift
+        self.grows[s] = hb.grow
+        self.row_seq[s] = self.view_seq + 1
         if hb.jobs or self._pn_held[s][0]:
             self._set_held(s, tuple(hb.jobs), tuple(int(round(c * 1000)) for c in hb.job_cpus))
         self._running[s] = hb.running
@@ -104,6 +121,7 @@ class ClusterLoad:
         self._set_held(s, (), ())       # a dead server holds nothing
         self.alive[s] = 0
         self.alive_n -= 1
+        self.row_seq[s] = self.view_seq + 1
         return True
 
     def back(self, s: int) -> None:
@@ -207,14 +225,38 @@ class ClusterLoad:
         idx = np.argpartition(wait, k - 1)[:k] if k < n else np.arange(n)
         return np.sort(idx).astype(np.int32)
 
-    def view(self, now: float) -> ClusterView:
-        """The ClusterView JM hosts schedule on (copies: the RM's rows move on)."""
-        return ClusterView(now, self.matrices.ravel().copy(), self.stamps.copy(), self.boot_times.copy(),
-                           self.alive.copy(), self.lightly_loaded())
+    def restarted(self, boots: int) -> None:
+        """This RM's ``boots``-th start: its views are numbered above every earlier incarnation's,
+        and every row is new to a host whatever view of theirs it acknowledges."""
+        self.view_seq = boots << 32
+        self.row_seq[:] = self.view_seq + 1
+        self._light_seq = self.view_seq + 1
+
+    def next_view(self) -> int:
+        """Number the next view (the lightly-loaded list worked out for it); its seq."""
+        light = self.lightly_loaded()
+        self.view_seq += 1
+        if not np.array_equal(light, self._light_sent):
+            self._light_sent, self._light_seq = light, self.view_seq
+        return self.view_seq
+
+    def view(self, now: float, base: int = 0) -> ClusterView:
+        """The last numbered view as a delta from view ``base`` (0, or one this RM cannot tell
+        from: every row). Copies: the RM's rows move on."""
+        seq = self.view_seq
+        if base <= 0 or base > seq:
+            base = 0
+            rows = np.arange(self.servers, dtype=np.int32)
+        else:
+            rows = np.flatnonzero(self.row_seq > base).astype(np.int32)
+        light = self._light_sent if base == 0 or self._light_seq > base else np.zeros(0, dtype=np.int32)
+        return ClusterView(now, seq, base, rows, self.matrices[rows].ravel(), self.stamps[rows],
+                           self.boot_times[rows], self.alive[rows], self.grows[rows], light.copy())
 
     def validate(self) -> None:
         assert self.matrices.shape == (self.servers, self.shapes)
         assert self.alive_n == int(self.alive.sum())
+        assert int(self.row_seq.max(initial=0)) <= self.view_seq + 1, "a row newer than the next view"
         assert not any(self.alive[s] for s in self._lost), "a lost server counted alive"
         per_job: dict[int, int] = {}
         for s, (jobs, milli) in enumerate(self._pn_held):

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from apollo.core.effects import Log, PeerBack, PeerLost, Persist, Send, SetTimer, Start, Timer
-from apollo.core.messages import (CancelJob, Heartbeat, HostReport, JobAccepted, JobDemand, JobDone, JobQuery,
+from apollo.core.messages import (CancelJob, ClusterView, Heartbeat, HostReport, JobAccepted, JobDemand, JobDone, JobQuery,
                                   SubmitJob)
 from apollo.core.spec import JobSpec
 
@@ -213,6 +213,7 @@ class RmState:
                 self.admission.on_demand(e, event, now)
             return []
         if t is HostReport:
+            self.cluster.acked[event.host] = event.view_seq   # (its next view: the rows since)
             return self.host_reports.on_report(event, now)
         if t is JobDone:
             return self._on_done(event, now, told_submitter=True)
@@ -273,8 +274,17 @@ class RmState:
             # Just (re)started: servers we have not heard from yet are unknown, not dead. A view
             # now would tell every JM to give up its running tasks; their stale view is better.
             return out
-        view = cluster.view(now)
-        out.extend(Send(h, view) for h in self.homes.hosts_alive)
+        # One view per acknowledged view among the hosts (most acknowledge the same one): the
+        # rows changed since it (cluster_load: views as deltas)
+        cluster.next_view()
+        views: dict[int, ClusterView] = {}
+        acked = cluster.acked
+        for h in self.homes.hosts_alive:
+            base = acked.get(h, 0)
+            v = views.get(base)
+            if v is None:
+                v = views[base] = cluster.view(now, base)
+            out.append(Send(h, v))
         if self.rounds.due(now):
             out.extend(self.rounds.run(now))
         return out
@@ -367,6 +377,7 @@ class RmState:
             return []
         boots = stored.boots + 1
         self.messages.restarted(boots)
+        self.cluster.restarted(boots)
         out: list = [Persist("boot", (boots,))]
         self.next_job_id = max(self.next_job_id, stored.max_job_id + 1)
         for job_id, key, state, reason, at in stored.finished:

@@ -12,7 +12,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from apollo.core.messages import TaskSpec
+from apollo.core.messages import ClusterView, TaskSpec
 
 
 def task(job=1, t=0, attempt=1, cpu=1.0, mem=2.0, est=10.0, dur=10.0, opp=False, in_bytes=0.0, loc=2):
@@ -127,3 +127,12 @@ def profiles() -> list[str]:
     new profile without an edit."""
     from jm.policies import PROFILES
     return list(PROFILES)
+
+
+def full_view(time: float, matrices, stamps, boots, alive, light, grows=None, seq: int = 1) -> ClusterView:
+    """A full ClusterView (base 0: a row for every server, in order)."""
+    n = len(stamps)
+    return ClusterView(time, seq, 0, np.arange(n, dtype=np.int32), np.asarray(matrices, np.float32),
+                       np.asarray(stamps, np.float64), np.asarray(boots, np.float64), np.asarray(alive, np.uint8),
+                       np.full(n, -1.0, np.float32) if grows is None else np.asarray(grows, np.float32),
+                       np.asarray(light, np.int32))

@@ -16,7 +16,7 @@ from jm.config import DispatchConfig, PlacementConfig
 from jm.state import JmConfig, JmState
 from jm.view import ViewCache
 
-from helpers import Rng
+from helpers import full_view, Rng
 
 TOPO = Topology(20, 4)
 
@@ -411,8 +411,7 @@ def test_the_first_view_that_knows_a_servers_boot_is_no_restart_of_it():
     n, shapes = TOPO.servers, h.view.shapes
 
     def view(at, boots):
-        return ClusterView(at, np.zeros(n * shapes, np.float32), np.full(n, at), boots, np.ones(n, np.uint8),
-                           np.arange(n, dtype=np.int32))
+        return full_view(at, np.zeros(n * shapes), np.full(n, at), boots, np.ones(n), np.arange(n))
     boots = np.linspace(0.1, 0.3, n)
     out = h.handle(view(0.5, boots), 0.5, Rng())
     assert not dispatched(out) and all(h.jms[1].tasks.state[t] == TaskState.DISPATCHED for t in sent)

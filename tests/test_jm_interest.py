@@ -11,7 +11,7 @@ from apollo.core.spec import JobSpec, StageSpec
 from jm.host import JmHost
 from jm.state import JmConfig, JmState
 
-from helpers import Rng
+from helpers import full_view, Rng
 
 TOPO = Topology(20, 4)
 
@@ -22,8 +22,7 @@ def job(tasks=2, seconds=600.0):
 
 def cluster_view(h, at, wait=0.0):
     n, shapes = TOPO.servers, h.view.shapes
-    return ClusterView(at, np.full(n * shapes, wait, np.float32), np.full(n, at), np.zeros(n),
-                       np.ones(n, np.uint8), np.arange(n, dtype=np.int32))
+    return full_view(at, np.full(n * shapes, wait), np.full(n, at), np.zeros(n), np.ones(n), np.arange(n))
 
 
 @pytest.fixture

@@ -25,8 +25,8 @@ def test_every_message_round_trips():
     msgs = [SubmitJob(-1, j, "client"), Dispatch(4, [task(), task(t=1, opp=True)]),
             Heartbeat(1, 0.5, 2.0, np.arange(12, dtype=np.float32), 2, 3, 1.0, [4, 9], [1.0, 0.5]),
             YieldJob(3, 2.5), DemoteTask(3, 1, 2),
-            ClusterView(1.0, np.zeros(24, np.float32), np.zeros(2), np.zeros(2), np.ones(2, np.uint8),
-                        np.array([1], np.int32))]
+            ClusterView(1.0, 7, 0, np.arange(2, dtype=np.int32), np.zeros(24, np.float32), np.zeros(2), np.zeros(2),
+                        np.ones(2, np.uint8), np.full(2, -1.0, np.float32), np.array([1], np.int32))]
     for m in msgs:
         back = unpack(pack(m))
         assert type(back) is type(m)
@@ -45,7 +45,7 @@ def test_codes_are_unique_and_registered():
     ([4, 1], "expected 3 fields, got 1"),
     ([4, 1, "many", 0], "TokenGrant.tokens: expected an integer"),
     ([4, -1, 2, 0], "TokenGrant.job_id: expected >= 0"),
-    ([8, 1, 0.0, 1.0, b"abc", 0, 0, 1.0, [], []], "Heartbeat.matrix: 3 bytes"),
+    ([8, 1, 0.0, 1.0, b"abc", 0, 0, 1.0, [], [], -1.0], "Heartbeat.matrix: 3 bytes"),
 ])
 def test_decode_errors_name_the_field(raw, needle):
     with pytest.raises(WireError, match=needle.replace("(", r"\(").replace(")", r"\)")):
@@ -70,14 +70,14 @@ def test_undecodable_bytes():
 
 def test_nan_rejected_in_arrays_and_floats():
     with pytest.raises(WireError, match="nan is not allowed"):
-        decode([8, 1, float("nan"), 1.0, b"", 0, 0, 1.0, [], []])
+        decode([8, 1, float("nan"), 1.0, b"", 0, 0, 1.0, [], [], -1.0])
     with pytest.raises(WireError, match="Heartbeat.time: inf is not allowed"):
-        decode([8, 1, 0.0, float("inf"), b"", 0, 0, 1.0, [], []])
+        decode([8, 1, 0.0, float("inf"), b"", 0, 0, 1.0, [], [], -1.0])
     bad = np.array([np.inf], np.float32).tobytes()
     with pytest.raises(WireError, match="infinity"):
-        decode([8, 1, 0.0, 1.0, bad, 0, 0, 1.0, [], []])
+        decode([8, 1, 0.0, 1.0, bad, 0, 0, 1.0, [], [], -1.0])
     with pytest.raises(WireError, match=r"Heartbeat.job_cpus\[0\]"):
-        decode([8, 1, 0.0, 1.0, b"", 0, 0, 1.0, [3], [float("nan")]])
+        decode([8, 1, 0.0, 1.0, b"", 0, 0, 1.0, [3], [float("nan")], -1.0])
 
 
 def test_invalid_job_spec_in_submit_is_refused():
@@ -113,10 +113,16 @@ def samples():
         ("KillTask", M.KillTask(4, 1, 2)),
         ("StatusBatch", M.StatusBatch(4, 9, [r0, r1], mat, 2.0)),
         ("StatusBatch-list", M.StatusBatch(4, 9, [], [1.0, 2.5], 2.0, 3.5)),
+        ("StatusBatch-grow", M.StatusBatch(4, 9, [], [1.0, 2.5], 2.0, 3.5, 0.0)),
         ("Heartbeat", M.Heartbeat(1, 0.5, 2.0, mat, 2, 3, 1.0)),
         ("Heartbeat-jobs", M.Heartbeat(1, 0.5, 2.0, [0.25, 1.0], 2, 3, 1.0, [4, 9], [1.0, 0.5])),
-        ("ClusterView", M.ClusterView(1.0, np.zeros(4, np.float32), np.arange(2.0), np.ones(2), np.ones(2, np.uint8),
+        ("Heartbeat-grow", M.Heartbeat(1, 0.5, 2.0, [0.25, 1.0], 2, 3, 1.0, [4], [1.0], 0.1)),
+        ("ClusterView", M.ClusterView(1.0, 3, 0, np.arange(2, dtype=np.int32), np.zeros(4, np.float32), np.arange(2.0),
+                                      np.ones(2), np.ones(2, np.uint8), np.array([-1.0, 0.1], np.float32),
                                       np.array([1], np.int32))),
+        ("ClusterView-delta", M.ClusterView(2.0, (3 << 32) + 9, (3 << 32) + 7, np.array([5], np.int32),
+                                            np.zeros(2, np.float32), np.ones(1), np.ones(1), np.zeros(1, np.uint8),
+                                            np.array([-1.0], np.float32), np.zeros(0, np.int32))),
         ("JobDemand", M.JobDemand(5, 3)), ("JobDemand-full", M.JobDemand(5, 3, 2, 0.5, 7)),
         ("JobDone", M.JobDone(5, False, "cancelled", 9.5, 3)), ("CancelJob", M.CancelJob(5)),
         ("UpgradeTask", M.UpgradeTask(5, 1, 2)), ("DemoteTask", M.DemoteTask(5, 1, 2)),
@@ -125,6 +131,8 @@ def samples():
         ("ReclaimTokens", M.ReclaimTokens(5, 1, 2, 0.5)), ("ReclaimTokens-seq", M.ReclaimTokens(5, 1, 2, 0.5, 3)),
         ("HostReport", M.HostReport("jmhost:0", np.array([5, 6]), np.array([1, 2]), np.array([0, 3]),
                                     np.array([1, 1]), np.array([6]), [b"\x80"])),
+        ("HostReport-view", M.HostReport("jmhost:0", np.array([5]), np.array([1]), np.array([0]),
+                                         np.array([1]), np.array([], np.int64), [], (3 << 32) + 7)),
         ("ReleaseJob", M.ReleaseJob(5, True)), ("ProbeJob", M.ProbeJob(5, 2, "jmhost:1")),
         ("Holding", M.Holding(5, 9, [t1], [r1], [r0])),
         ("JoinRequest", M.JoinRequest("pn", 2, -1, 4.0, 8.0, "10.0.0.2:7000", "x")),

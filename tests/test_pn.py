@@ -248,3 +248,66 @@ def test_a_heartbeat_says_what_each_jobs_regular_attempts_hold():
     p.handle(Dispatch(2, [task(job=2, t=0, cpu=1, opp=True)]), 0.0, Rng())
     hb = next(e.msg for e in p.handle(Timer("hb"), 5.0, Rng()) if isinstance(e, Send) and isinstance(e.msg, Heartbeat))
     assert dict(zip(hb.jobs, hb.job_cpus)) == {1: 3.0}          # an opportunistic attempt holds nothing
+
+
+def test_an_overrunning_task_is_reported_once_with_how_its_reading_grows():
+    """Issue 30: a task past its planned end costs one report, not one every few seconds; the
+    report's ``grow`` lets receivers extrapolate the reading as the PN would plan it."""
+    p = pn(cores=1.0)
+    p.handle(Dispatch(1, [task(t=0, est=10.0, dur=1000.0)]), 0.0, Rng())
+    p.handle(Timer("hb"), 1.0, Rng())                       # the change reported
+    out = p.handle(Timer("hb"), 2.0, Rng())                 # quiet until the planned end
+    assert [e.delay for e in out if isinstance(e, SetTimer)] == [pytest.approx(8.0)]
+    out = p.handle(Timer("hb"), 10.0, Rng())
+    (hb,) = [e.msg for e in out if isinstance(e, Send)]
+    assert hb.grow == p.cfg.overrun_factor
+    out = p.handle(Timer("hb"), 11.0, Rng())                # (a busy server looks once more)
+    assert not [e for e in out if isinstance(e, (Send, SetTimer))]   # nothing more is due while it runs
+    # What a receiver extrapolates (wait + grow x elapsed) is what the PN would plan then.
+    w0 = hb.matrix[0]
+    for t in (15.0, 100.0, 900.0):
+        assert p.matrix(t)[0] == pytest.approx(w0 + hb.grow * (t - 10.0), rel=1e-4)
+    # The task's end is a change: reported, counting down again.
+    out = p.handle(TaskExited((1, 0, 1), True), 1000.0, Rng())
+    out += p.handle(Timer("hb"), 1001.0, Rng())
+    (hb,) = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, Heartbeat)]
+    assert hb.grow == -1.0 and hb.running == 0
+
+
+def test_a_reading_on_fixed_ends_counts_down_and_the_next_planned_end_is_reported():
+    p = pn(cores=2.0)
+    p.handle(Dispatch(1, [task(t=0, est=10.0, dur=1000.0), task(t=1, est=30.0, dur=1000.0)]), 0.0, Rng())
+    out = p.handle(Timer("hb"), 1.0, Rng())
+    (hb,) = [e.msg for e in out if isinstance(e, Send)]
+    assert hb.grow == -1.0                                  # both ends fixed
+    out = p.handle(Timer("hb"), 10.0, Rng())                # the first passes its planned end
+    (hb,) = [e.msg for e in out if isinstance(e, Send)]
+    assert hb.grow == p.cfg.overrun_factor
+    out = p.handle(Timer("hb"), 11.0, Rng())
+    assert [e.delay for e in out if isinstance(e, SetTimer)] == [pytest.approx(19.0)]   # the second's end
+    out = p.handle(Timer("hb"), 30.0, Rng())
+    assert [type(e.msg) for e in out if isinstance(e, Send)] == [Heartbeat]
+    out = p.handle(Timer("hb"), 31.0, Rng())
+    assert not [e for e in out if isinstance(e, (Send, SetTimer))]
+
+
+def test_status_batches_carry_the_readings_grow():
+    p = pn(cores=2.0)
+    p.handle(Dispatch(1, [task(t=0, est=10.0, dur=1000.0)]), 0.0, Rng())
+    p.handle(Timer("hb"), 10.0, Rng())                      # overrunning from here
+    p.handle(Dispatch(1, [task(t=1, est=5.0, dur=1.0)]), 12.0, Rng())
+    out = p.handle(TaskExited((1, 1, 1), True), 13.0, Rng())
+    (sb,) = [e.msg for e in out if isinstance(e, Send) and isinstance(e.msg, StatusBatch)]
+    assert sb.matrix_time == 10.0 and sb.grow == p.cfg.overrun_factor   # the last reading, as it moves
+
+
+def test_a_server_holding_only_opportunistic_work_reads_free_soon_and_is_not_reported_again():
+    """Its room is advertised as free within opportunistic_room_s, counted down by receivers to
+    free (a slot scheduler may use it): no report falls due while the task runs."""
+    p = pn(cores=1.0)
+    p.handle(Dispatch(1, [task(t=0, est=60.0, dur=60.0, opp=True)]), 0.0, Rng())
+    out = p.handle(Timer("hb"), 1.0, Rng())
+    (hb,) = [e.msg for e in out if isinstance(e, Send)]
+    assert hb.grow == -1.0 and hb.matrix[0] == pytest.approx(p.cfg.opportunistic_room_s)
+    out = p.handle(Timer("hb"), 2.0, Rng())
+    assert not [e for e in out if isinstance(e, (Send, SetTimer))]

@@ -18,7 +18,10 @@ from .wire import (BOOL, BYTES, F32, F64, FLOAT, I32, I64, INT, NAT, STR, STR_MA
 # (the protocol's users take these from here, with the messages)
 from .wire import REGISTRY, WireError, decode, encode, pack, unpack  # noqa: F401
 
-PROTOCOL_VERSION = 6     # 6: the transport's keepalive frame ["", "ping"] (apollo.runtime.transport)
+PROTOCOL_VERSION = 8     # 6: the transport's keepalive frame ["", "ping"] (apollo.runtime.transport)
+# 7: a reading's ``grow`` (StatusBatch, Heartbeat; ClusterView's ``grows``): how its waits move
+# after its time, so that a server whose tasks overrun reports once, not every few seconds;
+# 8: ClusterView as deltas since the view the host acknowledged (HostReport.view_seq)
 
 
 # ---- nested structs: a job's spec (its codec spelled out), a task attempt, its report ------------
@@ -307,22 +310,25 @@ wire(KillTask, 6)
 class StatusBatch(Message):
     """PN -> JM: task state changes plus the PN's current wait-time matrix. Times are on the
     PN's clock; ``time``: when it was sent (< 0: unknown), from which the JM host estimates
-    that clock's offset from its own (apollo.core.clocks)."""
+    that clock's offset from its own (apollo.core.clocks). ``grow``: how the reading's waits
+    move after ``matrix_time`` (see ``Heartbeat``)."""
     job_id: int = field(metadata=NAT)
     server: int = field(metadata=NAT)
     reports: list[TaskReport] = field(metadata=lst(nested(TaskReport)))
     matrix: "np.ndarray | list[float]" = field(metadata=F32)  # float32 on the wire; a sender may hand a list
     matrix_time: float = field(metadata=FLOAT)
     time: float = field(metadata=FLOAT)
+    grow: float = field(metadata=FLOAT)
 
     def __init__(self, job_id: int, server: int, reports: list[TaskReport], matrix: "np.ndarray | list[float]",
-                 matrix_time: float, time: float = -1.0) -> None:
+                 matrix_time: float, time: float = -1.0, grow: float = -1.0) -> None:
         self.job_id = job_id
         self.server = server
         self.reports = reports
         self.matrix = matrix
         self.matrix_time = matrix_time
         self.time = time
+        self.grow = grow
 
 
 wire(StatusBatch, 7)
@@ -331,7 +337,13 @@ wire(StatusBatch, 7)
 @dataclass(init=False)
 class Heartbeat(Message):
     """PN -> RM. ``jobs`` / ``job_cpus``: the CPUs each job's regular attempts run on here
-    (queued and opportunistic attempts hold nothing): what the RM counts as held."""
+    (queued and opportunistic attempts hold nothing): what the RM counts as held.
+
+    ``grow``: how the reading's waits move after ``time`` (what a receiver extrapolates it by, so
+    that the PN need not report again while nothing changes): < 0, they count down (every
+    running task it waits on is expected to end at a fixed time); >= 0, every wait above zero
+    grows by ``grow`` per second (a running task past its planned end is expected to run on a
+    fraction of its age, PnConfig.overrun_factor: the longer it runs, the later its end)."""
     server: int = field(metadata=NAT)
     boot_time: float = field(metadata=FLOAT)
     time: float = field(metadata=FLOAT)
@@ -341,10 +353,11 @@ class Heartbeat(Message):
     cpu_free: float = field(metadata=FLOAT)
     jobs: list[int] = field(metadata=lst(NAT))
     job_cpus: list[float] = field(metadata=lst(FLOAT))
+    grow: float = field(metadata=FLOAT)
 
     def __init__(self, server: int, boot_time: float, time: float, matrix: "np.ndarray | list[float]",
                  running: int, queued: int, cpu_free: float, jobs: list[int] | None = None,
-                 job_cpus: list[float] | None = None) -> None:
+                 job_cpus: list[float] | None = None, grow: float = -1.0) -> None:
         self.server = server
         self.boot_time = boot_time
         self.time = time
@@ -354,6 +367,7 @@ class Heartbeat(Message):
         self.cpu_free = cpu_free
         self.jobs = [] if jobs is None else jobs
         self.job_cpus = [] if job_cpus is None else job_cpus
+        self.grow = grow
 
 
 wire(Heartbeat, 8)
@@ -361,12 +375,24 @@ wire(Heartbeat, 8)
 
 @dataclass
 class ClusterView(Message):
-    """RM -> JM hosts: every server's last matrix (flattened, servers x shapes) and liveness."""
+    """RM -> JM host, every view interval: the rows of the servers whose state changed since
+    the view ``base`` this host acknowledged (HostReport.view_seq), or of every server (``base``
+    0: a full view, to a host the RM has no acknowledgement from). ``seq``: this view's number,
+    above every earlier RM incarnation's. Per row (``servers``): the server's last matrix
+    (flattened, rows x shapes), its time, boot time, liveness and the reading's ``grow``
+    (Heartbeat). ``lightly_loaded``: the RM's list, if it moved since ``base`` (else empty). A
+    delta is cumulative and its rows absolute, so a lost view is covered by the next, and one
+    applied twice is harmless; a view with no rows still says the RM vouched for the rows as of
+    ``time`` (the JMs' staleness term, jm/estimate.py) and is the host's tick for its JMs."""
     time: float = field(metadata=FLOAT)
+    seq: int = field(metadata=NAT)
+    base: int = field(metadata=NAT)
+    servers: np.ndarray = field(metadata=I32)
     matrices: np.ndarray = field(metadata=F32)
     stamps: np.ndarray = field(metadata=F64)
     boot_times: np.ndarray = field(metadata=F64)
     alive: np.ndarray = field(metadata=array("u1"))
+    grows: np.ndarray = field(metadata=F32)
     lightly_loaded: np.ndarray = field(metadata=I32)
 
 
@@ -504,6 +530,7 @@ class HostReport(Message):
     in_use: np.ndarray = field(metadata=I64)
     progress_jobs: np.ndarray = field(metadata=I64)
     progress: list = field(metadata=lst(BYTES))
+    view_seq: int = field(default=0, metadata=NAT)   # the last ClusterView it applied (0: none)
 
 
 wire(HostReport, 16)
