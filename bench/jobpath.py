@@ -167,3 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'critical path':28s} {r['critical_path_us']:8.2f}")
     write_json(r, a.json)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
