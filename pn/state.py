@@ -37,10 +37,10 @@ class PnState:
     watches = ("rm",)
     # (slots: 20,000 of these in a simulation, each touched at random; no per-object dict)
     __slots__ = ("server", "cfg", "boot_time", "queue", "opp_queue", "running", "free_cpu", "free_mem",
-                 "_matrix", "_matrix_time", "_grow", "_last_g", "_waits", "_planned_at", "_avail", "_overdue_at", "_last_m", "_last_t", "_hb_due",
-                 "_changed", "_quiet_due", "_repeat_due", "_revise_at", "_queued_due", "ended", "jm_at", "_dispatches",
-                 "_jm_default",
-                 "_idle_w", "_gcpu", "_gmem", "yielding", "_yield_due", "_early_upgrades")
+                 "_matrix", "_matrix_time", "_grow", "_last_g", "_waits", "_planned_at", "_avail", "_overdue_at",
+                 "_last_m", "_last_t", "_hb_due", "_changed", "_quiet_due", "_repeat_due", "_revise_at", "_queued_due",
+                 "ended", "jm_at", "_dispatches", "_jm_default", "_idle_w", "_gcpu", "_gmem", "yielding", "_yield_due",
+                 "_early_upgrades")
 
     def __init__(self, server: int, config: PnConfig) -> None:
         self.server = server
