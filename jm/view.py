@@ -242,7 +242,7 @@ class ViewCache:
         self.grows[rows] = grows
         self.growing += int(np.count_nonzero(self.grows[rows] >= 0.0)) - was
 
-    def apply_row(self, server: int, matrix: np.ndarray, time: float, sent: float = -1.0, now: float = 0.0,
+    def apply_row(self, server: int, matrix: "np.ndarray | list[float]", time: float, sent: float = -1.0, now: float = 0.0,
                   grow: float = -1.0) -> None:
         """A PN's reading taken at ``time`` (its clock), in a message it sent at ``sent`` (< 0:
         unknown) that arrived at ``now`` (ours), moving by ``grow`` after it."""
