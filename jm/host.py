@@ -114,20 +114,22 @@ class JmHost:
         """Status batches, in arrival order (one, or several a runtime collected): each one's
         reading is folded into the view, then the batch goes to its JM."""
         out: list = []
-        apply_row = self.view.apply_row
-        jms = self.jms
-        # (ViewInterest.touch and _touch, as bound set adds: one report per task comes this way)
-        touch, unreported = self.interest.touched.add, self._unreported.add
+        view, jms = self.view, self.jms
+        # (ViewInterest.touch and _touch, as set adds: one report per task comes this way. Called
+        # on their objects, not as bound methods kept in locals: compiled, these are C calls, and
+        # a bound method is a Python call that parses its arguments)
+        touched, unreported = self.interest.touched, self._unreported
+        b: StatusBatch           # (typed: compiled, its fields are read as struct members)
         for b in batches:
-            apply_row(b.server, b.matrix, b.matrix_time, b.time, now, b.grow)
+            view.apply_row(b.server, b.matrix, b.matrix_time, b.time, now, b.grow)
             job_id = b.job_id
             jm = jms.get(job_id)
             if jm is None:
                 out += self._orphan_reports(b)
                 continue
             # (what _route does, for the host's most frequent event: one report per task)
-            touch(job_id)
-            unreported(job_id)
+            touched.add(job_id)
+            unreported.add(job_id)
             r = jm.on_status(b, now, rng)
             if r:
                 out += self._wrap(job_id, r)

@@ -35,8 +35,6 @@ class ViewCache:
         # reads as all zeros, "everything fits", and a 2-core one must not look like 4 free)
         self.free_of_fits = np.minimum(np.array((0.0,) + tuple(grid.cpu)), cores)
         self.matrices = np.zeros((servers, shapes), dtype=np.float32)
-        # Their waits at the CPU shapes of the smallest memory: a view, as the rows change
-        self._cpu_waits = self.matrices[:, ::len(grid.mem)]
         # A reading handed over as a list of floats (a simulated PN's) is packed straight into
         # its row: numpy's conversion of a 12-float list was most of a status batch's cost here.
         self._row = struct.Struct(f"={shapes}f")
@@ -132,21 +130,32 @@ class ViewCache:
         """(free_cpu, mine): ``mine`` marks servers whose reading predates this host's last send
         there (the sends are not in the reading yet). ``stamps``: their reading times, if known;
         ``as_reported``: free when the reading was taken (else by ``now``, the waits counted down)."""
+        # (take: the same gather as indexing, at a third of its cost for a 1-D index)
         if stamps is None:
-            stamps = self.stamps[servers]
-        mine = stamps <= self.sent_at[servers] + IN_FLIGHT_S
-        # Waits of the cpu shapes at the smallest memory; a bigger shape never waits less, so
-        # the shapes that fit now are a prefix and their count picks the free CPUs. (Whole rows
-        # are gathered, then sliced: a gather of contiguous rows is a copy per row.)
-        elapsed = 0.0 if as_reported else (now - stamps)[..., None]
+            stamps = self.stamps.take(servers)
+        mine = stamps <= self.sent_at.take(servers) + IN_FLIGHT_S
+        elapsed: Any = 0.0 if as_reported else now - stamps
         if self.growing and not as_reported:
             # a growing reading's waits above zero never count down to "fits"
-            elapsed = np.where(self.grows[servers][..., None] < 0.0, elapsed, 0.0)
-        fits = np.add.reduce(self.matrices[servers][..., ::len(self.mem_grid)] <= elapsed, axis=-1)
-        free = self.free_of_fits[fits]
+            elapsed = np.where(self.grows.take(servers) < 0.0, elapsed, 0.0)
+        free = self.free_of_fits[self._fits(servers, elapsed)]
         if mine.any():
-            free = free - np.where(mine, self.sent_cpu[servers], 0.0)
+            free = free - np.where(mine, self.sent_cpu.take(servers), 0.0)
         return free, mine
+
+    def _fits(self, servers: np.ndarray, elapsed: Any) -> np.ndarray:
+        """How many of the CPU shapes (at the smallest memory) each of ``servers`` could start
+        within ``elapsed`` (a number, or one per server) of its reading: a bigger shape never
+        waits less, so those are a prefix, and their count picks the free CPUs. (Whole rows are
+        gathered, then a column per CPU shape compared and the columns added: numpy's reduction
+        over a short last axis, with the float32 -> float64 cast on the way, pays its loop per
+        server; the same counts.)"""
+        rows = self.matrices.take(servers, axis=0)
+        step = len(self.mem_grid)
+        fits = (rows[..., 0] <= elapsed).view(np.uint8)
+        for j in range(1, len(self.cpu_grid)):
+            fits += (rows[..., j * step] <= elapsed).view(np.uint8)
+        return fits
 
     def has_idle(self, now: float) -> bool:
         """Whether any lightly loaded server has a CPU free now, as far as this host knows."""
@@ -169,14 +178,12 @@ class ViewCache:
         show yet (``mine``: the candidates whose reading predates this host's last send there;
         ``elapsed``: the time since each reading): nothing while the server still has ``cpu``
         free after them, else their expected work per core."""
-        # (free_cpu's arithmetic, read only where ``mine``: the waits at its CPU shapes gathered as
-        # rows of a view, the few numpy calls a batch of one task pays for; the sum is taken only
-        # where it adds anything, which leaves the rest as adding 0.0 would)
-        el = elapsed[..., None]
+        # (free_cpu's arithmetic; the sum is taken only where it adds anything, which leaves the
+        # rest as adding 0.0 would)
+        el = elapsed
         if self.growing:
-            el = np.where(self.grows[cand][..., None] < 0.0, el, 0.0)   # (as _free_and_pending)
-        fits = np.add.reduce(self._cpu_waits[cand] <= el, axis=-1)
-        free = self.free_of_fits[fits] - self.sent_cpu[cand]
+            el = np.where(self.grows[cand] < 0.0, el, 0.0)   # (as _free_and_pending)
+        free = self.free_of_fits[self._fits(cand, el)] - self.sent_cpu[cand]
         np.add(W, self.sent_wait[cand], out=W, where=mine & (free < cpu[:, None] - 1e-9))
 
     def apply_view(self, v: ClusterView, now: float = 0.0) -> "np.ndarray | None":
@@ -235,7 +242,7 @@ class ViewCache:
         self.grows[rows] = grows
         self.growing += int(np.count_nonzero(self.grows[rows] >= 0.0)) - was
 
-    def apply_row(self, server: int, matrix: np.ndarray, time: float, sent: float = -1.0, now: float = 0.0,
+    def apply_row(self, server: int, matrix: "np.ndarray | list[float]", time: float, sent: float = -1.0, now: float = 0.0,
                   grow: float = -1.0) -> None:
         """A PN's reading taken at ``time`` (its clock), in a message it sent at ``sent`` (< 0:
         unknown) that arrived at ``now`` (ours), moving by ``grow`` after it."""

@@ -13,14 +13,25 @@ from .config import INF, NEVER_S, PnConfig
 from .queue import release_waits
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Attempt:
     spec: TaskSpec
     state: TaskState
     queued_at: float
-    started_at: float = -1.0
-    reported: bool = False           # its JM was told it is queued (so is told when it starts)
-    slowdown: float = 1.0            # drawn from the straggler model when it starts
+    started_at: float
+    reported: bool                   # its JM was told it is queued (so is told when it starts)
+    slowdown: float                  # drawn from the straggler model when it starts
+
+    # (written out: compiled, a dataclass's generated __init__ stays a Python function; one
+    # Attempt is made per task, apollo.core.effects)
+    def __init__(self, spec: TaskSpec, state: TaskState, queued_at: float, started_at: float = -1.0,
+                 reported: bool = False, slowdown: float = 1.0) -> None:
+        self.spec = spec
+        self.state = state
+        self.queued_at = queued_at
+        self.started_at = started_at
+        self.reported = reported
+        self.slowdown = slowdown
 
 
 def as_regular(s: TaskSpec) -> TaskSpec:
