@@ -99,7 +99,7 @@ class JmHost:
             if idle_at is not None and order[job_id] > idle_at:
                 # (where the first job with nothing of its own to do looked at the view's idle
                 # servers, found once per view: found at the same point as when it was asked)
-                self.view.has_idle(now)
+                self.view.look_for_idle(now)
                 idle_at = None
             jm = jms[job_id]
             if jm.wants_view(now):
@@ -107,7 +107,7 @@ class JmHost:
                 out.extend(self._wrap(job_id, jm.on_view(now, rng)))
                 self._reap(job_id, jm)
         if idle_at is not None:
-            self.view.has_idle(now)
+            self.view.look_for_idle(now)
         return out
 
     def _on_statuses(self, batches, now: float, rng) -> list:

@@ -16,7 +16,8 @@ The asked jobs go in the host's job order (the order of ``JmHost.jms``), each st
 ``wants_view`` itself, so exactly the jobs asked before run ``on_view``, in the same order.
 One more thing keeps the runs the same: the view's idle servers are found once per view, by
 whoever asks first (``ViewCache.idle_servers``), and before, the first job with nothing of its
-own to do asked, in its turn; ``first_idle_ask`` says where that was.
+own to do asked, in its turn; ``to_ask`` says where that was, and the host takes the finding
+there (``ViewCache.look_for_idle``: made from the view as it was then, when first asked).
 """
 from __future__ import annotations
 

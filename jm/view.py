@@ -63,6 +63,7 @@ class ViewCache:
         self.sent_at = np.full(servers, -np.inf)
         self._idle = np.zeros(0, dtype=np.int32)     # idle_servers' last finding, and when
         self._idle_checked_at = -np.inf
+        self._idle_owed = False                      # ... that finding is owed, not made yet (look_for_idle)
         self.version = 0                             # bumped by every change below (caches key on it)
         # Other processes' clocks against this host's (apollo.core.clocks): every time kept here is
         # on this host's clock, turned from the sender's on arrival.
@@ -89,6 +90,8 @@ class ViewCache:
     def record_dispatches(self, servers: Any, wait_s: Any, cpu: Any, now: float) -> None:
         """Note tasks sent now: ``wait_s`` expected busy seconds per core, ``cpu`` CPUs, per task
         (arrays, or numbers for one task)."""
+        if self._idle_owed:
+            self._settle_idle(now)
         self.version += 1
         if type(servers) is int or len(servers) <= SMALL_BATCH:
             # (item by item, in order: the same sums as numpy's calls below, without their
@@ -166,11 +169,34 @@ class ViewCache:
         at most IDLE_CHECK_S old: every placement pass of every JM asks, and the lightly loaded
         list is a tenth of the cluster; the view itself is older than that)."""
         if now - self._idle_checked_at < IDLE_CHECK_S:
+            if self._idle_owed:
+                self._find_idle(self._idle_checked_at)
             return self._idle
-        light = self.lightly_loaded
-        self._idle = light[self.free_cpu(light, now) >= 1.0 - 1e-9] if len(light) else light
-        self._idle_checked_at = now
+        self._find_idle(now)
         return self._idle
+
+    def look_for_idle(self, now: float) -> None:
+        """Take the finding of idle_servers as of ``now`` (unless one is at most IDLE_CHECK_S
+        old), as if asked, but make it only when first asked within IDLE_CHECK_S, or before the
+        view changes if that comes first: the same finding, from the same view and time, and
+        none at all when nobody asks (the JM host takes one per view, whoever asks)."""
+        if now - self._idle_checked_at >= IDLE_CHECK_S:
+            self._idle_checked_at = now
+            self._idle_owed = True
+
+    def _find_idle(self, at: float) -> None:
+        light = self.lightly_loaded
+        self._idle = light[self.free_cpu(light, at) >= 1.0 - 1e-9] if len(light) else light
+        self._idle_checked_at = at
+        self._idle_owed = False
+
+    def _settle_idle(self, now: float) -> None:
+        """Before the view changes at ``now``: an owed finding is made from the view it was
+        taken of, if it can still be asked for (its IDLE_CHECK_S not past), else dropped."""
+        if now - self._idle_checked_at < IDLE_CHECK_S:
+            self._find_idle(self._idle_checked_at)
+        else:
+            self._idle_owed = False
 
     def add_pending_wait(self, W: np.ndarray, cand: np.ndarray, cpu: np.ndarray, elapsed: np.ndarray,
                          mine: np.ndarray) -> None:
@@ -234,6 +260,7 @@ class ViewCache:
         self.seq = v.seq
         self.version += 1
         self._idle_checked_at = -np.inf              # a new view: look again
+        self._idle_owed = False
         return lost
 
     def _set_grows(self, rows, grows) -> None:
@@ -249,6 +276,8 @@ class ViewCache:
         if sent >= 0:
             time += self.pn_clocks.observe(server, now, sent)
         if time > self.stamps.item(server):
+            if self._idle_owed:
+                self._settle_idle(now)
             if type(matrix) is list:
                 try:
                     self._row.pack_into(self._rows, server * self._row.size, *matrix)

@@ -10,6 +10,7 @@ from apollo.core.messages import ClusterView, Dispatch, JobDemand, StartJob, Sta
 from apollo.core.spec import JobSpec, StageSpec
 from jm.host import JmHost
 from jm.state import JmConfig, JmState
+from jm.view import ViewCache
 
 from helpers import full_view, Rng
 
@@ -183,8 +184,8 @@ def test_the_jobs_moved_by_a_view_and_the_idle_servers_found_are_as_asking_all()
                     for d in [e for e in got if isinstance(e, Send) and isinstance(e.msg, Dispatch)]:
                         for ts in d.msg.tasks:
                             sent.setdefault(ts.job_id, []).append((ts.task, int(d.to[3:]), ts.attempt))
-            assert np.array_equal(h.view._idle, hosts[0].view._idle)
             assert h.view._idle_checked_at == hosts[0].view._idle_checked_at
+            assert np.array_equal(h.view.idle_servers(now), hosts[0].view.idle_servers(now))
     assert outs[0] == outs[1] and progressed[0] == progressed[1]
 
 
@@ -203,6 +204,26 @@ def test_a_view_no_job_is_asked_about_still_finds_its_idle_servers_as_before(ask
     asked(h, cluster_view(h, 1.0), 1.0)
     got, _ = asked(h, cluster_view(h, 2.0), 2.0)
     assert got == [] and h.view._idle_checked_at == 2.0 and len(h.view._idle) == TOPO.servers   # (4 cores each)
+
+
+def test_an_idle_finding_taken_is_made_from_the_view_it_was_taken_of_when_first_asked():
+    """The host takes a view's idle finding once per view (look_for_idle) but makes it only when
+    a JM asks: from the view as it was then, even if a dispatch came in between."""
+    v = ViewCache(2, cores=4.0)
+    free = [0.0] * v.shapes
+    v.apply_row(0, free, 1.0, now=1.0)
+    v.apply_row(1, free, 1.0, now=1.0)
+    v.look_for_idle(2.0)
+    v.record_dispatches(np.array([0]), np.array([50.0]), np.array([4.0]), 2.001)   # fills server 0
+    assert v.idle_servers(2.002).tolist() == [0, 1]      # the finding as of 2.0, before the dispatch
+    assert v.idle_servers(2.02).tolist() == [1]          # IDLE_CHECK_S later: found again
+    v.look_for_idle(3.0)                                  # taken, never asked in its time ...
+    v.record_dispatches(np.array([1]), np.array([50.0]), np.array([4.0]), 3.5)
+    assert v.idle_servers(3.6).tolist() == []            # ... and a later ask finds afresh
+    v.look_for_idle(4.0)
+    v.apply_row(0, free, 4.001, now=4.002)               # a reading within its time: made first
+    assert v.idle_servers(4.005).tolist() == []          # (server 0's new reading is not in it)
+    assert v.idle_servers(4.02).tolist() == [0]
 
 
 def test_the_heap_of_watchdog_times_stays_of_the_order_of_the_live_jobs():
