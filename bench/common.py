@@ -3,7 +3,6 @@ attempt records), and writing their JSON and plots."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -71,36 +70,8 @@ def shared_trace(name: str) -> str:
     raise SystemExit(f"trace {name} not found: give --trace PATH, or set APOLLO_TRACES to its directory")
 
 
-RELAUNCHED = "APOLLO_BENCH_RELAUNCHED"      # set in the process run_native starts (no second relaunch)
-
-
-def run_native(bench: str, argv: list[str], required: bool) -> None:
-    """Build the compiled modules if need be, then run benchmark ``bench`` again in a process
-    that loads them (they must load before the modules are first imported: this process has
-    imported them). Returns only when they cannot be built and were not required."""
-    from apollo.tools import native
-    try:
-        if not native.built():
-            print("building the compiled kernel and PN (apollo.tools.native; once per source version)...",
-                  file=sys.stderr, flush=True)
-        native.build()
-    except native.NativeBuildError as e:
-        if required:
-            raise SystemExit(f"apollo bench {bench} --native on: {e}")
-        print(f"(running interpreted: {e})", file=sys.stderr)
-        return
-    code = f"import sys; from apollo.bench.{bench} import main; sys.exit(main(sys.argv[1:]))"
-    os.execve(sys.executable, [sys.executable, "-c", code, *argv], dict(os.environ, **{native.ENV: "1", RELAUNCHED: "1"}))
-
-
 def ensure_native(bench: str, mode: str, argv: list[str]) -> None:
-    """``--native auto|on|off`` of a simulated benchmark: with auto or on, relaunch it loading the
-    compiled modules (run_native) unless they are loaded; on, and still not loaded: an error."""
+    """``--native auto|on|off`` of a simulated benchmark: with auto or on, run it again loading the
+    compiled modules, built first if need be (apollo.tools.native.relaunch)."""
     from apollo.tools import native
-    if mode == "off" or native.loaded():
-        return
-    if os.environ.get(RELAUNCHED):
-        if mode == "on":
-            raise SystemExit(f"apollo bench {bench} --native on: the compiled modules did not load")
-        return
-    run_native(bench, argv, required=mode == "on")
+    native.relaunch(["bench", bench, *argv], mode)

@@ -63,6 +63,7 @@ LENIENT: tuple[str, ...] = ()
 PACKAGES = ("apollo", "jm", "pn", "rm")      # copied for the build (mypy follows their imports)
 ROOT = Path(__file__).resolve().parents[2]      # the project: apollo/tools/native.py
 ENV = "APOLLO_NATIVE"
+RELAUNCHED = "APOLLO_NATIVE_RELAUNCHED"    # set in the process ``relaunch`` execs (no second relaunch)
 CACHE_ENV = "APOLLO_NATIVE_CACHE"
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 DONE_FILE = "BUILT"
@@ -289,6 +290,37 @@ def enable_from_env() -> None:
         why = enable()
         if why:
             print(f"apollo: {ENV} is set but the compiled modules are not used: {why}", file=sys.stderr)
+
+
+def relaunch(command: list[str], mode: str, build_missing: bool = True) -> None:
+    """``--native auto|on|off`` of a command that simulates: with auto or on, run ``apollo
+    COMMAND`` again in this process's place (exec), loading the compiled modules (they must load
+    before the modules are first imported, and the command line has imported some), building
+    them first if need be (with auto, only if ``build_missing``). Returns when the command is to
+    run interpreted here: off, already compiled, or auto and they cannot be had; with on, and
+    they cannot: SystemExit saying why."""
+    what = "apollo " + " ".join(command[:2] if command[:1] == ["bench"] else command[:1])
+    if mode == "off" or loaded():
+        return
+    if os.environ.get(RELAUNCHED):
+        if mode == "on":
+            raise SystemExit(f"{what} --native on: the compiled modules did not load")
+        return
+    if mode == "auto" and not build_missing and not built():
+        return
+    try:
+        if not built():
+            print("building the compiled modules (apollo.tools.native; once per source version)...",
+                  file=sys.stderr, flush=True)
+        build()
+    except NativeBuildError as e:
+        if mode == "on":
+            raise SystemExit(f"{what} --native on: {e}")
+        print(f"(running interpreted: {e})", file=sys.stderr)
+        return
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "apollo.tools.cli", *command],
+              dict(os.environ, **{ENV: "1", RELAUNCHED: "1"}))
 
 
 def for_children(mode: str = "auto") -> str:

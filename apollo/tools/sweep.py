@@ -41,10 +41,11 @@ def task_count(seeds: int, cores: float, tasks: int | None = None) -> int:
     return max(1, min(seeds, tasks))
 
 
-def sweep_job(seeds: int, start: int, tasks: int) -> JobSpec:
-    """The job that runs ``seeds`` seeds from ``start`` over ``tasks`` command tasks."""
+def sweep_job(seeds: int, start: int, tasks: int, native: str = "auto") -> JobSpec:
+    """The job that runs ``seeds`` seeds from ``start`` over ``tasks`` command tasks (``native``:
+    each task's ``--native``)."""
     command = (sys.executable, "-m", "apollo.tools.cli", "chaos", "--seeds", str(seeds), "--start", str(start),
-               "--workers", "1", "--as-task")
+               "--workers", "1", "--native", native, "--as-task")
     per_task = math.ceil(seeds / tasks) * SEED_S
     stage = StageSpec("seeds", tasks, np.full(tasks, per_task), cpu=1.0, mem_gb=1.0, command=command)
     return JobSpec(f"chaos-{start}-{start + seeds - 1}", [stage], max_retries=RETRIES)
@@ -71,7 +72,7 @@ def parse_results(data: bytes, owned: list[int], keys: tuple = CHAOS_KEYS) -> di
 
 
 def chaos_on_cluster(folder: Path, seeds: int, start: int = 0, tasks: int | None = None, progress=None,
-                     submit_timeout_s: float = 60.0) -> dict:
+                     submit_timeout_s: float = 60.0, native: str = "auto") -> dict:
     """``apollo chaos --seeds N --start S --cluster DIR``: the same JSON as a local run, plus
     the job and its task count."""
     from apollo.tools.livecluster import read_info
@@ -79,7 +80,7 @@ def chaos_on_cluster(folder: Path, seeds: int, start: int = 0, tasks: int | None
     cfg = read_info(folder)["config"]
     k = task_count(seeds, cfg["pns"] * cfg["cpus"], tasks)
     owned = {t: task_share(seeds, start, t, k) for t in range(k)}
-    job_id, found = run_array(folder, sweep_job(seeds, start, k), owned, CHAOS_KEYS, submit_timeout_s,
+    job_id, found = run_array(folder, sweep_job(seeds, start, k, native), owned, CHAOS_KEYS, submit_timeout_s,
                               note=lambda j: print(f"sweep: job {j}, {seeds} seeds over {k} tasks on the cluster "
                                                    f"in {folder}", flush=True))
     results = []

@@ -87,6 +87,7 @@ def _main(argv: list[str]) -> int:
         args = argparse.Namespace(cmd="bench", name=argv[1])
         return offline._bench(args, argv[2:])
     args = parser.parse_args(argv)
+    args.argv = argv               # (a command that runs again compiled: apollo.tools.native.relaunch)
     if args.cmd == "bench":        # `apollo bench` with no name
         parser.parse_args(["bench", "--help"])
     try:

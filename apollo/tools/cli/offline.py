@@ -83,6 +83,9 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _chaos(args) -> int:
+    if not args.cluster:      # (a sweep on a cluster simulates nothing here: its tasks run compiled)
+        from apollo.tools import native
+        native.relaunch(args.argv, args.native, build_missing=False)
     from apollo.tools.chaos import run_chaos
     if args.as_task:
         return _chaos_task(args)
@@ -93,8 +96,10 @@ def _chaos(args) -> int:
     if args.cluster:
         from apollo.tools.sweep import chaos_on_cluster
         out = chaos_on_cluster(Path(args.cluster).expanduser(), args.seeds, args.start, tasks=args.tasks,
-                               progress=progress)
+                               progress=progress, native=args.native)
     else:
+        from apollo.tools import native
+        print("compiled modules (apollo.tools.native)" if native.loaded() else "interpreted modules", flush=True)
         out = run_chaos(args.seeds, args.start, workers=args.workers, progress=progress)
     print(f"{out['passed']}/{out['seeds']} seeds passed in {out['wall_s']:.1f} s; faults: "
           + ", ".join(f"{k} {v}" for k, v in out["faults"].items()))
@@ -215,6 +220,10 @@ def register(sub) -> None:
     ch.add_argument("--tasks", type=count(1), default=None,
                     help="with --cluster: tasks the seeds are split over (default: about 20 seeds per task, "
                          "at least one per core)")
+    ch.add_argument("--native", choices=("auto", "on", "off"), default="auto",
+                    help="the compiled modules (apollo.tools.native; the same results): auto uses them when "
+                         "built (`apollo bench scale` builds them), on builds them if need be; on a cluster, "
+                         "what each task does where it runs")
     ch.add_argument("--as-task", action="store_true",
                     help="(what a sweep's tasks run) this task's share of the seeds, one JSON line each")
 
