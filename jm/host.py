@@ -14,6 +14,7 @@ from apollo.core.messages import (CancelJob, ClusterView, Holding, HostReport, J
                              ReleaseJob, StartJob, StatusBatch, TokenGrant)
 
 from .interest import ViewInterest
+from .report_rows import ReportRows
 from .state import JmConfig, JmState
 from .view import ViewCache
 
@@ -36,9 +37,7 @@ class JmHost:
         self.interest = ViewInterest(config.profile.corrections and config.attempts.dup_factor > 0)
         # Each job's HostReport row (token seq, demand, CPUs in use), in job order, as of its last
         # report: remade only for jobs given a stimulus since (a JM's state moves only then).
-        self._seqs: dict[int, int] = {}
-        self._demand: dict[int, int] = {}
-        self._in_use: dict[int, int] = {}
+        self._rows = ReportRows()
         self._unreported: set[int] = set()     # jobs given a stimulus since the last report
 
     def handle(self, event, now: float, rng) -> list:
@@ -160,7 +159,7 @@ class JmHost:
         job_id = msg.job_id
         self.jms[job_id] = jm
         self.interest.started(job_id)
-        self._seqs[job_id] = self._demand[job_id] = self._in_use[job_id] = 0    # (its place in job order)
+        self._rows.add(job_id)                  # (its place in job order)
         self._unreported.add(job_id)
         self.started += 1
         out = self._wrap(msg.job_id, jm.start(now, rng))
@@ -181,26 +180,22 @@ class JmHost:
         """Every host_report_s: the jobs this host runs, each with the token seq its JM last
         heard, its demand and CPUs in use, and the done bitmaps of jobs that progressed (rows
         remade for the jobs given a stimulus since the last report only)."""
-        jms, sent = self.jms, self._progress_sent
-        seqs, demand, in_use = self._seqs, self._demand, self._in_use
+        jms, sent, rows = self.jms, self._progress_sent, self._rows
         progressed: list[int] = []
         for job_id in self._unreported:
             jm = jms.get(job_id)
             if jm is None:
                 continue
-            seqs[job_id] = jm.token_seq
-            demand[job_id], in_use[job_id] = jm.demand_report()
+            demand, in_use = jm.demand_report()
+            rows.set(job_id, jm.token_seq, demand, in_use)
             if jm.done != sent.get(job_id, 0):
                 sent[job_id] = jm.done
                 progressed.append(job_id)
         self._unreported.clear()
         if len(progressed) > 1:
             progressed.sort(key=self.interest.order.__getitem__)     # (in job order)
-        n = len(jms)
-        return [Send(self.cfg.rm, HostReport(self.cfg.host, np.fromiter(jms, dtype=np.int64, count=n),
-                                             np.fromiter(seqs.values(), dtype=np.int64, count=n),
-                                             np.fromiter(demand.values(), dtype=np.int64, count=n),
-                                             np.fromiter(in_use.values(), dtype=np.int64, count=n),
+        jobs, seqs, demands, in_uses = rows.columns()
+        return [Send(self.cfg.rm, HostReport(self.cfg.host, jobs, seqs, demands, in_uses,
                                              np.asarray(progressed, dtype=np.int64),
                                              [jms[j].done_bitmap() for j in progressed], self.view.seq)),
                 SetTimer(self.cfg.host_report_s, "report")]
@@ -225,19 +220,17 @@ class JmHost:
         """A job left this host (finished, or released)."""
         self._progress_sent.pop(job_id, None)
         self.interest.gone(job_id)
-        del self._seqs[job_id], self._demand[job_id], self._in_use[job_id]
+        self._rows.remove(job_id)
         self._unreported.discard(job_id)
 
     def validate(self) -> None:
         for jm in self.jms.values():
             jm.validate()
         self.interest.validate(self.jms)
-        jobs = list(self.jms)
-        assert list(self._seqs) == list(self._demand) == list(self._in_use) == jobs, "report rows out of job order"
+        self._rows.validate(list(self.jms))
         for job_id, jm in self.jms.items():
             if job_id not in self._unreported:
-                assert (self._seqs[job_id], self._demand[job_id], self._in_use[job_id]) == \
-                    (jm.token_seq, *jm._report()), "a job's report row out of date"
+                assert self._rows.row(job_id) == (jm.token_seq, *jm._report()), "a job's report row out of date"
                 assert self._progress_sent.get(job_id, 0) == jm.done, "a job's progress not reported"
 
     @staticmethod

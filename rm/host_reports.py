@@ -27,19 +27,24 @@ class HostReports:
         homes, adm = self.homes, self.admission
         out: list = homes.heard_from(h, now)
         held: set[int] = set()       # its jobs it reports
-        add = held.add
-        get = self.jobs.get
+        jobs = self.jobs
         late = self.late_s
+        # (typed, and the set and dict called on their objects: compiled, C calls and the
+        # entries' fields as struct reads, for the one row per live job per report)
+        job_id: int
+        seq: int
+        demand: int                  # (whole CPUs: compared as floats, exactly, with the entry's)
+        in_use: int
         for job_id, seq, demand, in_use in zip(r.jobs.tolist(), r.seqs.tolist(), r.demand.tolist(),
                                                r.in_use.tolist()):
-            e = get(job_id)
+            e = jobs.get(job_id)
             if e is None or e.state != "running":
                 out.append(Send(h, ReleaseJob(job_id, True)))      # finished, or cancelled: stop it
                 continue
             if e.host == h and e.admitted:
-                if seq == e.seq and demand == e.demand and in_use == e.in_use:
+                if seq == e.seq and float(demand) == e.demand and float(in_use) == e.in_use:
                     # the common row: what the RM holds already (it had heard the last grant)
-                    add(job_id)
+                    held.add(job_id)
                     t, u = e.tokens, e.in_use
                     e.may_run = u if u > t else t          # (max(e.tokens, e.in_use))
                     continue
@@ -52,18 +57,18 @@ class HostReports:
             else:
                 out.append(Send(h, ReleaseJob(job_id, False)))     # adopted by another host
                 continue
-            add(job_id)
+            held.add(job_id)
             if seq < e.seq and now - e.tokens_at > late:      # (not one still on its way)
                 m = self.messages.resend(e, now)
                 if m is not None:
                     out.append(m)
-            if (demand != e.demand or in_use != e.in_use) and now - e.demand_at > late:
+            if (float(demand) != e.demand or float(in_use) != e.in_use) and now - e.demand_at > late:
                 # a JobDemand lost (it is sent only on a change): the report's figures stand in
                 adm.note_demand(e, demand, in_use, seq)
             elif seq >= e.seq:
                 e.may_run = max(e.tokens, e.in_use)
         for job_id, done in zip(r.progress_jobs.tolist(), r.progress):
-            e = get(job_id)
+            e = jobs.get(job_id)
             if e is not None and e.host == h and e.state == "running":
                 e.done = done
                 out.append(Persist("progress", (job_id, done)))

@@ -3,7 +3,7 @@ store keeps the record of every job; rm/store.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from apollo.core.spec import JobSpec
 
@@ -39,9 +39,14 @@ class JobEntry:
     clones: int = 1                  # Dolly: attempts per task (1: not cloned) ...
     clone_cpu: float = 0.0           # ... and the CPUs of the clone budget granted for them ...
     clones_low: bool = False         # ... running at low priority (granted above tau)
-    # its last JobView and the milli-CPUs it showed held (views_of rebuilds it only on a change)
+    # its last JobView and what it showed that moves: milli-CPUs held, demand, tokens, admission
+    # (views_of rebuilds it only on a change; kept here, these are compared as the entry's own
+    # fields, where the view's would each be a lookup by name)
     last_view: Any = None
     last_view_held: int = -1
+    last_view_demand: float = 0.0
+    last_view_tokens: int = 0
+    last_view_admitted: bool = False
 
     def view(self, held: float) -> JobView:
         s = self.spec
@@ -54,20 +59,22 @@ def first_demand(spec: JobSpec) -> float:
     return float(sum(s.cpu * s.tasks for s in spec.stages if not s.depends_on))
 
 
-def views_of(entries, held_milli: dict[int, int]) -> tuple[JobView, ...]:
+def views_of(entries: Iterable[JobEntry], held_milli: dict[int, int]) -> tuple[JobView, ...]:
     """Every job's view for an allocation round's snapshot (``held_milli``: job -> milli-CPUs
     its regular attempts run on). A round reads every job and few move between rounds, so a
     job's view is rebuilt only when what it shows moved (demand, tokens, admission, CPUs held;
     the rest is its spec's)."""
+    # (typed, and the dict and list called on their objects: compiled, the entries' fields are
+    # struct reads and the calls C calls)
     out: list[JobView] = []
-    append = out.append
-    held = held_milli.get
+    e: JobEntry
     for e in entries:
-        m = held(e.job_id, 0)
+        m = held_milli.get(e.job_id, 0)
         v = e.last_view
-        if (v is None or e.last_view_held != m or v.demand != e.demand or v.tokens != e.tokens
-                or v.admitted != e.admitted):
+        if (v is None or e.last_view_held != m or e.last_view_demand != e.demand or e.last_view_tokens != e.tokens
+                or e.last_view_admitted != e.admitted):
             v = e.last_view = e.view(m / 1000.0)
             e.last_view_held = m
-        append(v)
+            e.last_view_demand, e.last_view_tokens, e.last_view_admitted = e.demand, e.tokens, e.admitted
+        out.append(v)
     return tuple(out)

@@ -43,7 +43,7 @@ from pathlib import Path
 # Compiled together (one mypyc group: calls between them are C calls).
 MODULES = ("apollo.core.clocks", "apollo.core.effects", "apollo.core.messages", "apollo.core.wire", "apollo.core.records",
            "apollo.runtime.events", "apollo.runtime.sim", "pn.queue", "pn.state", "jm.attempts", "jm.host", "jm.state",
-           "jm.interest", "jm.view", "rm.state", "jm.tasks", "jm.placement", "jm.watchdog", "jm.adoption",
+           "jm.interest", "jm.report_rows", "jm.view", "rm.state", "jm.tasks", "jm.placement", "jm.watchdog", "jm.adoption",
            "jm.giveback", "pn.attempt", "pn.config",
            "rm.jobs", "rm.cluster_load", "rm.token_messages", "rm.jm_homes", "rm.queue_limits", "rm.admission",
            "rm.give_back_asks", "rm.allocation_round", "rm.host_reports")
