@@ -116,15 +116,6 @@ def test_a_wrong_secret_is_refused_at_once_with_a_clear_line(cluster, jobfile):
     secret.write_text("0" * 64)              # the user's copy is wrong; the cluster keeps its own
     want = f"the cluster at {rm} refused our secret (check {secret})"
     try:
-        for args in (["submit", str(jobfile), "--wait"], ["cancel", str(long_job)],
-                     ["replay", "fb2009", "--jobs", "1"]):
-            r, took = apollo(*args, "--cluster", str(folder))
-            no_traceback(r)
-            assert r.returncode == 1, (args, r.stdout + r.stderr)
-            assert f"apollo {args[0]}: {want}" in r.stderr, (args, r.stderr)
-            assert took < 5.0, f"{args[0]} took {took:.1f} s to notice a refused secret"
-            assert "closing connection" not in r.stderr, r.stderr    # no transport log noise
-
         async def api():
             async with Client(folder) as c:
                 t0 = time.monotonic()
@@ -135,7 +126,19 @@ def test_a_wrong_secret_is_refused_at_once_with_a_clear_line(cluster, jobfile):
                     await c.reach_rm(30)
                 with pytest.raises(ClusterError, match="refused our secret"):
                     await c.wait(long_job, 30)
-        run(api())
+
+        cases = (["submit", str(jobfile), "--wait"], ["cancel", str(long_job)], ["replay", "fb2009", "--jobs", "1"])
+        # (the three commands at once, and the API's calls, here, meanwhile)
+        with ThreadPoolExecutor(len(cases)) as pool:
+            runs = [pool.submit(apollo, *args, "--cluster", str(folder)) for args in cases]
+            run(api())
+            runs = [f.result() for f in runs]
+        for args, (r, took) in zip(cases, runs):
+            no_traceback(r)
+            assert r.returncode == 1, (args, r.stdout + r.stderr)
+            assert f"apollo {args[0]}: {want}" in r.stderr, (args, r.stderr)
+            assert took < 5.0, f"{args[0]} took {took:.1f} s to notice a refused secret"
+            assert "closing connection" not in r.stderr, r.stderr    # no transport log noise
     finally:
         secret.write_bytes(good)
     assert job_state(folder, long_job) == "running"      # the refused cancel did nothing
@@ -159,10 +162,27 @@ def test_an_unreachable_rm_is_retried_visibly_then_given_up_with_exit_code_1(clu
     os.kill(rm_pid, signal.SIGKILL)
     wait_until(lambda: _gone(rm_pid), 5, "the killed RM to be gone")
 
+    async def api():
+        notes = []
+        async with Client(folder) as c:
+            c.on_retry = notes.append
+            t0 = time.monotonic()
+            with pytest.raises(ClusterError, match=f"the RM at {rm} did not answer for 2 s"):
+                await c.submit(small(), timeout_s=2)
+            assert 2 <= time.monotonic() - t0 < 4
+        assert notes and all("retrying" in n for n in notes), notes
+
     cases = ((["submit", str(jobfile)], 2), (["cancel", "0"], 2), (["replay", "fb2009", "--jobs", "1"], 2))
-    # (at once: each waits out its timeout)
-    with ThreadPoolExecutor(len(cases)) as pool:
-        runs = list(pool.map(lambda c: apollo(*c[0], "--timeout", str(c[1]), "--cluster", str(folder)), cases))
+    reads = (["jobs"], ["job", "0"])
+    # (at once: each waits out its timeout; the commands that only read the folder, and the
+    # API's own submission, here, run meanwhile)
+    with ThreadPoolExecutor(len(cases) + len(reads)) as pool:
+        waiting = [pool.submit(apollo, *args, "--timeout", str(timeout), "--cluster", str(folder))
+                   for args, timeout in cases]
+        reading = [pool.submit(apollo, *args, "--cluster", str(folder)) for args in reads]
+        run(api())
+        runs = [f.result() for f in waiting]
+        (jobs, _), (job, _) = (f.result() for f in reading)
     for (args, timeout), (r, took) in zip(cases, runs):
         no_traceback(r)
         cmd = args[0]
@@ -174,21 +194,8 @@ def test_an_unreachable_rm_is_retried_visibly_then_given_up_with_exit_code_1(clu
         assert "closing connection" not in r.stderr and "connect failed" not in r.stderr, r.stderr
 
     # What reads the folder only still works without the RM.
-    r, _ = apollo("jobs", "--cluster", str(folder))
-    assert r.returncode == 0 and "done" in r.stdout, r.stdout + r.stderr
-    r, _ = apollo("job", "0", "--cluster", str(folder))
-    assert r.returncode == 0 and "2/2 done" in r.stdout, r.stdout + r.stderr
-
-    async def api():
-        notes = []
-        async with Client(folder) as c:
-            c.on_retry = notes.append
-            t0 = time.monotonic()
-            with pytest.raises(ClusterError, match=f"the RM at {rm} did not answer for 2 s"):
-                await c.submit(small(), timeout_s=2)
-            assert 2 <= time.monotonic() - t0 < 4
-        assert notes and all("retrying" in n for n in notes), notes
-    run(api())
+    assert jobs.returncode == 0 and "done" in jobs.stdout, jobs.stdout + jobs.stderr
+    assert job.returncode == 0 and "2/2 done" in job.stdout, job.stdout + job.stderr
 
 
 def test_submit_timeout_defaults_to_30_s():

@@ -94,7 +94,10 @@ def test_pns_on_other_hosts_join_survive_a_partition_and_rejoin(tmp_path):
             return api(a, folder, "/api/cluster")["servers_alive"]
         try:
             wait_until(lambda: alive() == 8, 30, "the joined PNs all alive", 0.2)
-            rep = apollo(a, "replay", "--cluster", folder, TRACE, "--jobs", 150, "--speedup", 300,
+            # (at 500x the 150 jobs arrive over 10.2 s, their tasks shortened as much: the cut,
+            # from the 20th job until the cut-off PNs are seen dead ~3.5 s later, falls inside
+            # the arrivals, with tasks of the cut-off host to run again; 300x took 7 s longer)
+            rep = apollo(a, "replay", "--cluster", folder, TRACE, "--jobs", 150, "--speedup", 500,
                          "--json", tmp_path / "replay.json")
             wait_until(lambda: len(api(a, folder, "/api/jobs")["jobs"]) >= 20, 60, "the replay well under way", 0.2)
             net.cut(2, down=True)                 # the second PN host, cut off until its PNs are dead (after 3 s)
