@@ -40,6 +40,8 @@ class ClusterLoad:
         # an older RM's view asks for every row.
         self.view_seq = 0
         self.row_seq = np.zeros(n, dtype=np.int64)
+        self.newest_row = 0               # the largest row_seq (rows are numbered as they move: the last)
+        self.row_moves = 0                # rows written (lightly_loaded works its answer out again only after one)
         self.acked: dict[str, int] = {}              # host -> the last view it applied (HostReport)
         self._light_sent = np.zeros(0, dtype=np.int32)   # the lightly-loaded list of the last view
         self._light_seq = 0                          # ... and the first view that showed it
@@ -56,6 +58,8 @@ class ClusterLoad:
         # from: most views find both the same (idle servers' heartbeats change neither), and
         # comparing them costs a fraction of the partition
         self._light: tuple[tuple[bytes, bytes], np.ndarray] | None = None
+        self._light_moves = -1                      # row_moves when _light was last checked
+        self._light_from: np.ndarray | None = None  # the answer the last view's list was made from
         self._running = [0] * n
         self._queued = [0] * n
         self._cpu_free = [float(server_cores)] * n
@@ -100,7 +104,8 @@ class ClusterLoad:
         self.matrices[s] = hb.matrix
         self.stamps[s] = hb.time + shift
         self.grows[s] = hb.grow
-        self.row_seq[s] = self.view_seq + 1
+        self.row_seq[s] = self.newest_row = self.view_seq + 1
+        self.row_moves += 1
         if hb.jobs or self._pn_held[s][0]:
             self._set_held(s, tuple(hb.jobs), tuple(int(round(c * 1000)) for c in hb.job_cpus))
         self._running[s] = hb.running
@@ -121,7 +126,8 @@ class ClusterLoad:
         self._set_held(s, (), ())       # a dead server holds nothing
         self.alive[s] = 0
         self.alive_n -= 1
-        self.row_seq[s] = self.view_seq + 1
+        self.row_seq[s] = self.newest_row = self.view_seq + 1
+        self.row_moves += 1
         return True
 
     def back(self, s: int) -> None:
@@ -210,10 +216,17 @@ class ClusterLoad:
 
     def lightly_loaded(self) -> np.ndarray:
         """The live servers with the shortest waits (for their first shape), in server order."""
-        key = (self.matrices[:, 0].tobytes(), self.alive.tobytes())
-        if self._light is None or self._light[0] != key:
-            self._light = (key, self._shortest_waits())
-        return self._light[1].copy()
+        return self._lightest().copy()
+
+    def _lightest(self) -> np.ndarray:
+        """lightly_loaded's answer, shared: worked out again only when the first shape's waits
+        or the liveness moved (looked at only after a row was written)."""
+        if self._light is None or self._light_moves != self.row_moves:
+            key = (self.matrices[:, 0].tobytes(), self.alive.tobytes())
+            if self._light is None or self._light[0] != key:
+                self._light = (key, self._shortest_waits())
+            self._light_moves = self.row_moves
+        return self._light[1]
 
     def _shortest_waits(self) -> np.ndarray:
         n = self.servers
@@ -229,15 +242,17 @@ class ClusterLoad:
         """This RM's ``boots``-th start: its views are numbered above every earlier incarnation's,
         and every row is new to a host whatever view of theirs it acknowledges."""
         self.view_seq = boots << 32
-        self.row_seq[:] = self.view_seq + 1
+        self.row_seq[:] = self.newest_row = self.view_seq + 1
         self._light_seq = self.view_seq + 1
 
     def next_view(self) -> int:
         """Number the next view (the lightly-loaded list worked out for it); its seq."""
-        light = self.lightly_loaded()
+        light = self._lightest()
         self.view_seq += 1
-        if not np.array_equal(light, self._light_sent):
-            self._light_sent, self._light_seq = light, self.view_seq
+        # (the same answer as the last view's: the list sent then is equal to it)
+        if light is not self._light_from and not np.array_equal(light, self._light_sent):
+            self._light_sent, self._light_seq = light.copy(), self.view_seq
+        self._light_from = light
         return self.view_seq
 
     def view(self, now: float, base: int = 0) -> ClusterView:
@@ -247,6 +262,12 @@ class ClusterLoad:
         if base <= 0 or base > seq:
             base = 0
             rows = np.arange(self.servers, dtype=np.int32)
+        elif base >= self.newest_row:
+            # No row moved since the host's view (most views of a quiet cluster): empty columns,
+            # without the scan and the gathers (slices of nothing: nobody can write to them)
+            light = self._light_sent.copy() if self._light_seq > base else np.zeros(0, dtype=np.int32)
+            return ClusterView(now, seq, base, np.zeros(0, dtype=np.int32), self.matrices[:0].ravel(),
+                               self.stamps[:0], self.boot_times[:0], self.alive[:0], self.grows[:0], light)
         else:
             rows = np.flatnonzero(self.row_seq > base).astype(np.int32)
         light = self._light_sent if base == 0 or self._light_seq > base else np.zeros(0, dtype=np.int32)
@@ -257,6 +278,7 @@ class ClusterLoad:
         assert self.matrices.shape == (self.servers, self.shapes)
         assert self.alive_n == int(self.alive.sum())
         assert int(self.row_seq.max(initial=0)) <= self.view_seq + 1, "a row newer than the next view"
+        assert int(self.row_seq.max(initial=0)) <= self.newest_row, "a row newer than the newest counted"
         assert not any(self.alive[s] for s in self._lost), "a lost server counted alive"
         per_job: dict[int, int] = {}
         for s, (jobs, milli) in enumerate(self._pn_held):
