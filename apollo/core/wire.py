@@ -139,9 +139,14 @@ STR_MAP = codec(dict, _str_dict)
 def array(dtype: str) -> Codec:
     dt = np.dtype(dtype).newbyteorder("<")
     kind_f = dt.kind == "f"
+    # (an empty column, as most of a quiet cluster's periodic messages carry: one shared, read-only
+    # as every decoded array is, and no numpy call either way)
+    empty = np.frombuffer(b"", dtype=dt)
 
     def decode(v: Any, where: str) -> np.ndarray:
         b = as_bytes(v, where)
+        if not b:
+            return empty
         if len(b) % dt.itemsize:
             raise WireError(f"{where}: {len(b)} bytes is not a whole number of {dt} items")
         a = np.frombuffer(b, dtype=dt)
@@ -152,7 +157,8 @@ def array(dtype: str) -> Codec:
         if kind_f and len(a) and not math.isfinite(sum(a.tolist()) if len(a) <= 16 else a.sum()):
             raise WireError(f"{where}: array holds NaN or infinity")
         return a
-    return codec(lambda a: np.ascontiguousarray(a, dtype=dt).tobytes(), decode)
+    return codec(lambda a: b"" if type(a) is np.ndarray and not a.size else np.ascontiguousarray(a, dtype=dt).tobytes(),
+                 decode)
 
 
 F64 = array("f8")
