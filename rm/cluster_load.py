@@ -17,6 +17,7 @@ slots (running_tasks etc. make arrays of them when asked), never an allocation.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -259,20 +260,20 @@ class ClusterLoad:
         """The last numbered view as a delta from view ``base`` (0, or one this RM cannot tell
         from: every row). Copies: the RM's rows move on."""
         seq = self.view_seq
+        at: Any
         if base <= 0 or base > seq:
             base = 0
-            rows = np.arange(self.servers, dtype=np.int32)
+            rows = at = np.arange(self.servers, dtype=np.int32)
         elif base >= self.newest_row:
-            # No row moved since the host's view (most views of a quiet cluster): empty columns,
-            # without the scan and the gathers (slices of nothing: nobody can write to them)
-            light = self._light_sent.copy() if self._light_seq > base else np.zeros(0, dtype=np.int32)
-            return ClusterView(now, seq, base, np.zeros(0, dtype=np.int32), self.matrices[:0].ravel(),
-                               self.stamps[:0], self.boot_times[:0], self.alive[:0], self.grows[:0], light)
+            # No row moved since the host's view (most views of a quiet cluster): empty columns
+            # by slicing, without the scan and the gathers (slices of nothing: nobody can write
+            # to them)
+            rows, at = np.zeros(0, dtype=np.int32), slice(0, 0)
         else:
-            rows = np.flatnonzero(self.row_seq > base).astype(np.int32)
+            rows = at = np.flatnonzero(self.row_seq > base).astype(np.int32)
         light = self._light_sent if base == 0 or self._light_seq > base else np.zeros(0, dtype=np.int32)
-        return ClusterView(now, seq, base, rows, self.matrices[rows].ravel(), self.stamps[rows],
-                           self.boot_times[rows], self.alive[rows], self.grows[rows], light.copy())
+        return ClusterView(now, seq, base, rows, self.matrices[at].ravel(), self.stamps[at],
+                           self.boot_times[at], self.alive[at], self.grows[at], light.copy())
 
     def validate(self) -> None:
         assert self.matrices.shape == (self.servers, self.shapes)

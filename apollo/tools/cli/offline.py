@@ -83,8 +83,8 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _chaos(args) -> int:
+    from apollo.tools import native
     if not args.cluster:      # (a sweep on a cluster simulates nothing here: its tasks run compiled)
-        from apollo.tools import native
         native.relaunch(args.argv, args.native, build_missing=False)
     from apollo.tools.chaos import run_chaos
     if args.as_task:
@@ -98,7 +98,6 @@ def _chaos(args) -> int:
         out = chaos_on_cluster(Path(args.cluster).expanduser(), args.seeds, args.start, tasks=args.tasks,
                                progress=progress, native=args.native)
     else:
-        from apollo.tools import native
         print("compiled modules (apollo.tools.native)" if native.loaded() else "interpreted modules", flush=True)
         out = run_chaos(args.seeds, args.start, workers=args.workers, progress=progress)
     print(f"{out['passed']}/{out['seeds']} seeds passed in {out['wall_s']:.1f} s; faults: "
