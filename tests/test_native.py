@@ -182,9 +182,9 @@ def test_the_compiled_modules_give_the_same_report():
     p, c = json.loads(plain.stdout), json.loads(compiled.stdout)
     assert (p["native"], c["native"]) == (False, True)
     assert p["report"] == c["report"]
-    # `apollo chaos` runs the seeds compiled once built (auto), the same seeds' outcomes
+    # `apollo chaos` runs the seeds compiled once built (auto, on), the same seeds' outcomes
     got = {}
-    for mode in ("off", "auto"):
+    for mode in ("off", "auto", "on"):
         out = subprocess.run([sys.executable, "-m", "apollo.tools.cli", "chaos", "--seeds", "2", "--start", "7",
                               "--workers", "1", "--native", mode, "--json", "/dev/stdout"],
                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
@@ -192,7 +192,7 @@ def test_the_compiled_modules_give_the_same_report():
         said, _, data = out.stdout.partition("\n")
         assert said == ("interpreted modules" if mode == "off" else "compiled modules (apollo.tools.native)")
         got[mode] = {k: v for k, v in json.loads(data[data.index("{"):]).items() if k != "wall_s"}
-    assert got["off"] == got["auto"] and got["off"]["passed"] == 2
+    assert got["off"] == got["auto"] == got["on"] and got["off"]["passed"] == 2
 
 
 def test_child_processes_are_told_to_load_a_build_only_when_there_is_one(monkeypatch, tmp_path):

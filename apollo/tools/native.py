@@ -284,6 +284,16 @@ def loaded() -> bool:
     return sim is not None and str(getattr(sim, "__file__", "")).endswith(SUFFIX)
 
 
+def will_load() -> bool:
+    """Whether this process runs the compiled kernel: loaded, or set to load when first imported
+    (``enable`` succeeded and no module of it was imported interpreted since)."""
+    if loaded():
+        return True
+    return (any(isinstance(f, _Finder) for f in sys.meta_path)
+            and not any(m in sys.modules and not str(getattr(sys.modules[m], "__file__", "")).endswith(SUFFIX)
+                        for m in MODULES))
+
+
 def enable_from_env() -> None:
     """``import apollo`` calls this: APOLLO_NATIVE=1 asks for the compiled modules."""
     if os.environ.get(ENV, "") not in ("", "0"):
@@ -300,7 +310,7 @@ def relaunch(command: list[str], mode: str, build_missing: bool = True) -> None:
     run interpreted here: off, already compiled, or auto and they cannot be had; with on, and
     they cannot: SystemExit saying why."""
     what = "apollo " + " ".join(command[:2] if command[:1] == ["bench"] else command[:1])
-    if mode == "off" or loaded():
+    if mode == "off" or will_load():
         return
     if os.environ.get(RELAUNCHED):
         if mode == "on":
