@@ -150,7 +150,8 @@ def _on_cluster(a, cells: list[tuple]) -> tuple[list[dict], bool]:
                                                         command=command)], max_retries=10)
     folder = Path(a.cluster).expanduser()
     job_id, found = run_array(folder, spec, {t: [t] for t in range(n)}, ("cell", {"digest", "row"}),
-                              note=lambda j: print(f"compare: job {j}, {n} tasks on the cluster in {folder}", flush=True))
+                              note=lambda j: print(f"compare: job {j}, {n} tasks on the cluster in {folder}", flush=True),
+                              progress_s=30.0, what="compare")
     missing = [t for t in range(n) if t not in found]
     if missing:
         raise SystemExit(f"apollo bench compare: no result from task(s) {missing} of job {job_id} "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,7 +52,8 @@ def test_chaos_on_a_cluster_survives_a_pn_killed_mid_sweep(cluster, tmp_path):
     seeds, start = 4, 4000
     out = tmp_path / "sweep.json"
     sweep = subprocess.Popen([sys.executable, "-m", "apollo.tools.cli", "chaos", "--seeds", str(seeds), "--start",
-                              str(start), "--tasks", str(seeds), "--cluster", str(folder), "--json", str(out)],
+                              str(start), "--tasks", str(seeds), "--cluster", str(folder), "--json", str(out),
+                              "--progress-s", "0.5"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         def tasks_on(pid: int) -> list[int]:
@@ -71,6 +73,8 @@ def test_chaos_on_a_cluster_survives_a_pn_killed_mid_sweep(cluster, tmp_path):
         if sweep.poll() is None:
             sweep.kill()
     assert sweep.returncode == 0, text
+    # how far the job was, while it ran (the PN kill alone takes longer than the half second)
+    assert re.search(rf"sweep: job \d+: [0-{seeds}]/{seeds} tasks done", text), text
     r = json.loads(out.read_text())
     assert r["seeds"] == seeds and r["passed"] == seeds and r["failed"] == [], r
     # the same JSON as a local run: the faults are those the seeds' plans draw

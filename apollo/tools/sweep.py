@@ -72,9 +72,9 @@ def parse_results(data: bytes, owned: list[int], keys: tuple = CHAOS_KEYS) -> di
 
 
 def chaos_on_cluster(folder: Path, seeds: int, start: int = 0, tasks: int | None = None, progress=None,
-                     submit_timeout_s: float = 60.0, native: str = "auto") -> dict:
+                     submit_timeout_s: float = 60.0, native: str = "auto", progress_s: float = 0.0) -> dict:
     """``apollo chaos --seeds N --start S --cluster DIR``: the same JSON as a local run, plus
-    the job and its task count."""
+    the job and its task count (``progress_s``: run_array's)."""
     from apollo.tools.livecluster import read_info
     t0 = time.perf_counter()
     cfg = read_info(folder)["config"]
@@ -82,7 +82,7 @@ def chaos_on_cluster(folder: Path, seeds: int, start: int = 0, tasks: int | None
     owned = {t: task_share(seeds, start, t, k) for t in range(k)}
     job_id, found = run_array(folder, sweep_job(seeds, start, k, native), owned, CHAOS_KEYS, submit_timeout_s,
                               note=lambda j: print(f"sweep: job {j}, {seeds} seeds over {k} tasks on the cluster "
-                                                   f"in {folder}", flush=True))
+                                                   f"in {folder}", flush=True), progress_s=progress_s)
     results = []
     for t in range(k):
         for s in owned[t]:
@@ -98,24 +98,41 @@ def chaos_on_cluster(folder: Path, seeds: int, start: int = 0, tasks: int | None
 
 
 def run_array(folder: Path, spec: JobSpec, owned: dict[int, list[int]], keys: tuple,
-              submit_timeout_s: float = 60.0, note=None) -> tuple[int, dict[int, dict]]:
+              submit_timeout_s: float = 60.0, note=None, progress_s: float = 0.0,
+              what: str = "sweep") -> tuple[int, dict[int, dict]]:
     """Run ``spec`` (one stage of command tasks, each printing its results as JSON lines) on
     the cluster in ``folder``, wait for it and gather what each task owns (``collect``):
     (the job's id, results by key). Raises ClusterError if the job fails. ``note(job_id)``
-    once it is accepted."""
+    once it is accepted; every ``progress_s`` (> 0) while it runs, a line saying how far it
+    is, headed ``what``."""
     from apollo.runtime.live import run
-    return run(_run_array(folder, spec, owned, keys, submit_timeout_s, note))
+    return run(_run_array(folder, spec, owned, keys, submit_timeout_s, note, progress_s, what))
 
 
 async def _run_array(folder: Path, spec: JobSpec, owned: dict[int, list[int]], keys: tuple,
-                     submit_timeout_s: float, note) -> tuple[int, dict[int, dict]]:
+                     submit_timeout_s: float, note, progress_s: float, what: str) -> tuple[int, dict[int, dict]]:
     from apollo.tools.client import Client
     from apollo.tools.livecluster import ClusterError
     async with Client(folder) as c:
         job_id = await c.submit(spec, timeout_s=submit_timeout_s)
         if note:
             note(job_id)
-        done = await c.wait(job_id)
+        t0 = time.monotonic()
+        ending = asyncio.ensure_future(c.wait(job_id))
+        while progress_s > 0 and not ending.done():
+            # (a sweep runs for as long as an hour: say how far it is, and whether attempts fail)
+            await asyncio.wait({ending}, timeout=progress_s)
+            try:
+                st = None if ending.done() else c.status(job_id)
+            except Exception as e:     # (the folder's store or records unreadable now: no line, the sweep goes on)
+                print(f"{what}: job {job_id}: progress unknown ({type(e).__name__}: {e})", flush=True)
+                st = None
+            if st is not None:
+                failed = sum(s.failed_attempts for s in st.stages)
+                print(f"{what}: job {job_id}: {st.done}/{st.tasks} tasks done"
+                      + (f", {failed} attempts failed" if failed else "")
+                      + f", {time.monotonic() - t0:.0f} s", flush=True)
+        done = await ending
         if not done.ok:
             raise ClusterError(f"job {job_id} ({spec.name}) failed: {done.reason} "
                                f"(apollo job {job_id} --cluster {folder})")

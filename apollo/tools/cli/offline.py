@@ -96,7 +96,7 @@ def _chaos(args) -> int:
     if args.cluster:
         from apollo.tools.sweep import chaos_on_cluster
         out = chaos_on_cluster(Path(args.cluster).expanduser(), args.seeds, args.start, tasks=args.tasks,
-                               progress=progress, native=args.native)
+                               progress=progress, native=args.native, progress_s=args.progress_s)
     else:
         print("compiled modules (apollo.tools.native)" if native.loaded() else "interpreted modules", flush=True)
         out = run_chaos(args.seeds, args.start, workers=args.workers, progress=progress)
@@ -219,6 +219,8 @@ def register(sub) -> None:
     ch.add_argument("--tasks", type=count(1), default=None,
                     help="with --cluster: tasks the seeds are split over (default: about 20 seeds per task, "
                          "at least one per core)")
+    ch.add_argument("--progress-s", type=non_negative, default=30.0, metavar="S",
+                    help="with --cluster: how far the job is, every S seconds (default 30; 0: never)")
     ch.add_argument("--native", choices=("auto", "on", "off"), default="auto",
                     help="the compiled modules (apollo.tools.native; the same results): auto uses them when "
                          "built (`apollo bench scale` builds them), on builds them if need be; on a cluster, "
