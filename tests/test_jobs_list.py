@@ -5,8 +5,10 @@ ended job is recorded with."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sqlite3
+import threading
 from datetime import date, datetime
 
 import numpy as np
@@ -18,9 +20,10 @@ from apollo.core.spec import JobSpec, StageSpec
 from apollo.tools.cli.jobs import ClusterClock, format_duration, job_dicts, jobs_table, queue_rows, select_jobs
 from rm.queues import QueueTree
 from rm.state import RmConfig, RmState, single_queue
-from rm.store import ListedJob, SqliteJobStore, list_jobs
+from apollo.tools.process import _checkpoints
+from rm.store import WAL_PAGES_MAX, ListedJob, SqliteJobStore, list_jobs
 
-from helpers import Rng
+from helpers import Rng, await_until
 from test_rm import hb
 
 POOLS = {"sharing": "fair", "queues": {"small": {"guarantee": "20%"}, "large": {"max_running_jobs": 8}}}
@@ -273,3 +276,34 @@ def test_a_fifo_pool_with_a_running_job_limit_runs_that_many_token_or_not(tmp_pa
         assert [r.state for r in rows.values()] == ["running"] * running + ["waiting"] * (10 - running), limit
         tokens = [s.rm.jobs[j].tokens for j in sorted(s.rm.jobs)][:running]
         assert sum(tokens) <= 8 and tokens[:4] == [2, 2, 2, 2], tokens
+
+
+def test_the_store_log_is_copied_in_a_checkpoint_of_its_own_connection(tmp_path):
+    """A write does not checkpoint the log on its own until WAL_PAGES_MAX pages; ``checkpoint``
+    copies it all (from any thread), and the jobs read back the same."""
+    s = SqliteJobStore(str(tmp_path / "jobs.db"))
+    assert s.db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == WAL_PAGES_MAX
+    for j in range(50):
+        s.put(j, spec(), 1.0, "c")
+        s.finish(j, "done", "", 2.0, 1)
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(s.checkpoint()))
+    t.start()
+    t.join()
+    busy, logged, copied = got[0]
+    assert busy == 0 and logged > 0 and copied == logged
+    assert [(r.job_id, r.state) for r in list_jobs(s.db)] == [(j, "done") for j in range(50)]
+
+
+async def test_the_rm_process_checkpoints_its_store_in_a_thread(tmp_path):
+    s = SqliteJobStore(str(tmp_path / "jobs.db"))
+    s.put(0, spec(), 1.0, "c")
+    threads: list[int] = []
+    copy = s.checkpoint
+    s.checkpoint = lambda: threads.append(threading.get_ident()) or copy()   # type: ignore[method-assign]
+    task = asyncio.ensure_future(_checkpoints(s, every_s=0.01))
+    try:
+        await await_until(lambda: len(threads) >= 3, 5.0, "three checkpoints")
+    finally:
+        task.cancel()
+    assert threading.get_ident() not in threads        # never on the event loop's thread

@@ -32,7 +32,7 @@ from jm.config import DispatchConfig, JmConfig
 from pn.state import PnConfig, PnState
 from rm.queues import load_queue_file
 from rm.state import RmConfig, RmState, single_queue
-from rm.store import SqliteJobStore
+from rm.store import CHECKPOINT_S, SqliteJobStore
 
 # (job_admitted and allocation: the report's per-queue figures; the last five: its control counts)
 RECORDED = {"attempt", "job_done", "job_submitted", "job_refused", "decisions", "preempted", "upgraded", "warn",
@@ -182,9 +182,11 @@ async def serve(folder: Path, role: str, index: int) -> None:
     port = int(me["address"].rsplit(":", 1)[1])
     await rt.start(listen_port=port)
     http = None
+    checkpoints = None
     if role == "rm":        # the API, metrics and dashboard, on this loop (rm/http/server.py)
         from rm.http import start_http
         http = await start_http(rt, rt.actors["rm"], folder)
+        checkpoints = asyncio.ensure_future(_checkpoints(rt.stores["rm"]))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -192,11 +194,24 @@ async def serve(folder: Path, role: str, index: int) -> None:
     (folder / f"ready-{role}{index}").write_text(str(os.getpid()))
     quiet_collector()
     await stop.wait()
+    if checkpoints is not None:
+        checkpoints.cancel()
     if http is not None:
         await http.cleanup()
     await rt.stop()
     if isinstance(rt.log_sink, EventFile):
         rt.log_sink.close()
+
+
+async def _checkpoints(store: SqliteJobStore, every_s: float = CHECKPOINT_S) -> None:
+    """The RM's job store: its write-ahead log copied into the database every ``every_s``, in a
+    thread, so that no write on a job's path waits for the copy's fsyncs (rm/store.py)."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await asyncio.to_thread(store.checkpoint)
+        except Exception as e:      # (a full disk, say: the writes themselves will say so too)
+            logging.getLogger("apollo.store").warning("job store checkpoint failed: %s: %s", type(e).__name__, e)
 
 
 def quiet_collector() -> None:
