@@ -203,3 +203,17 @@ def test_child_processes_are_told_to_load_a_build_only_when_there_is_one(monkeyp
     assert native.for_children("auto") == "no C compiler (cc) on PATH" and "APOLLO_NATIVE" not in os.environ
     with pytest.raises(native.NativeBuildError, match="no C compiler"):
         native.for_children("on")
+
+
+def test_a_cluster_process_runs_the_code_its_cluster_was_started_with(tmp_path, monkeypatch):
+    # cluster.json's config "native" (apollo cluster up --native) decides for every process
+    # started, the supervisor's and `apollo cluster restart`'s too; absent, the caller's environment
+    from apollo.tools.livecluster import child_env, write_info
+    monkeypatch.setenv("APOLLO_NATIVE", "1")
+    for native_cfg, want in ((True, "1"), (False, None), ("absent", "1")):
+        cfg = {} if native_cfg == "absent" else {"native": native_cfg}
+        write_info(tmp_path, {"processes": [], "config": cfg})
+        assert child_env(tmp_path).get("APOLLO_NATIVE") == want, native_cfg
+    monkeypatch.delenv("APOLLO_NATIVE")
+    write_info(tmp_path, {"processes": [], "config": {"native": True}})
+    assert child_env(tmp_path)["APOLLO_NATIVE"] == "1"

@@ -102,7 +102,22 @@ def spawn(folder: Path, role: str, index: int) -> subprocess.Popen:
     with open(folder / f"{process_name(role, index)}.out", "ab") as out:   # the child keeps its own descriptor
         return subprocess.Popen([sys.executable, "-m", "apollo.tools.process", "--cluster", str(folder),
                                  "--role", role, "--index", str(index)], stdout=out, stderr=out,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True, env=child_env(folder))
+
+
+def child_env(folder: Path) -> dict[str, str]:
+    """The environment of a cluster process: this one's, with the compiled modules asked for or
+    not as the cluster was started (cluster.json's config "native"; absent: as this process's
+    environment says), so that a process started again (the supervisor, `apollo cluster
+    restart`) runs the same code as its peers."""
+    from apollo.tools.native import ENV
+    env = dict(os.environ)
+    native = read_info(folder).get("config", {}).get("native")
+    if native is True:
+        env[ENV] = "1"
+    elif native is False:
+        env.pop(ENV, None)
+    return env
 
 
 def started(entry: dict, pid: int) -> None:
@@ -137,8 +152,11 @@ def running(folder: Path, info: dict | None = None) -> tuple[bool, str]:
 def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float = 2.0, mem_gb: float = 8.0,
        scheduler: str = "apollo", timeout_s: float = 15.0, io: dict | None = None,
        queues: str | Path | None = None, http_host: str = "127.0.0.1", jm_hosts: int = 2,
-       bind: str = "127.0.0.1", supervise: bool = False) -> dict:
+       bind: str = "127.0.0.1", supervise: bool = False, native: bool | None = None) -> dict:
     """Start a cluster in ``folder``; returns its info (with ``startup_s``).
+
+    ``native``: its processes load the compiled modules (apollo.tools.native; a build of these
+    sources must exist) or not; None: as this process's environment says (APOLLO_NATIVE).
 
     ``io``: fields of apollo.core.cluster.IoModel for every process (e.g. ``{"init_s": 0.0}`` makes a
     synthetic task with a 0 s duration a true no-op instead of paying the modelled 0.2 s start-up);
@@ -209,6 +227,8 @@ def up(folder: Path, pns: int = 16, racks: int = 4, procs: int = 2, cpus: float 
                        "jm_hosts": jm_hosts}}
     if io:
         info["config"]["io"] = io
+    if native is not None:
+        info["config"]["native"] = native
     if tree_text is not None:
         (folder / "queues.toml").write_text(tree_text)
         info["config"]["queues"] = "queues.toml"
@@ -246,7 +266,8 @@ def start_supervisor(folder: Path, timeout_s: float = 15.0) -> dict:
     content once the supervisor has written itself into it (from then on it watches)."""
     with open(folder / "supervisor.out", "ab") as out:
         child = subprocess.Popen([sys.executable, "-m", "apollo.tools.supervisor", "--cluster", str(folder)],
-                                 stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
+                                 stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True,
+                                 env=child_env(folder))
     child.returncode = 0       # detached on purpose, as the processes
     deadline = time.monotonic() + timeout_s
     while True:

@@ -16,12 +16,17 @@ def _cluster(args: argparse.Namespace) -> int:
     if args.name and args.action != "restart":
         raise livecluster.ClusterError(f"a process name ({args.name}) goes with `apollo cluster restart` only")
     if args.action == "up":
+        compiled = _compiled(args.native)
         info = livecluster.up(folder, pns=args.pns, racks=args.racks, procs=args.procs, cpus=args.cpus,
                               mem_gb=args.mem_gb, scheduler=args.scheduler, queues=args.queues,
-                              http_host=args.http_host, jm_hosts=args.jm_hosts, bind=args.bind, supervise=True)
+                              http_host=args.http_host, jm_hosts=args.jm_hosts, bind=args.bind, supervise=True,
+                              native=compiled)
         print(f"cluster up in {info['startup_s']:.2f} s: RM {info['rm']}, {args.jm_hosts} JM hosts, {args.pns} PNs "
               f"in {args.racks} racks over {args.procs} processes, supervised (pid {info['supervisor']['pid']}); "
               f"files in {folder}; dashboard http://{info['http']}/")
+        print("processes: compiled modules (apollo.tools.native)" if compiled else
+              "processes: interpreted modules" + ("" if args.native == "off" else
+                                                  " (`--native on` builds the compiled ones, once per version)"))
     elif args.action == "down":
         for line in livecluster.down(folder):
             print(line)
@@ -34,6 +39,25 @@ def _cluster(args: argparse.Namespace) -> int:
     else:
         return _status(livecluster.status(folder))
     return 0
+
+
+def _compiled(mode: str) -> bool:
+    """``--native``: whether the cluster's processes load the compiled modules: off, never; auto,
+    when this machine has a build of these sources (none is made at start-up: it takes minutes);
+    on, building one first if need be."""
+    from apollo.tools import livecluster, native
+    if mode == "off":
+        return False
+    if mode == "auto":
+        return native.built()
+    if not native.built():
+        print("building the compiled modules (apollo.tools.native; once per source version)...", file=sys.stderr,
+              flush=True)
+    try:
+        native.build()
+    except native.NativeBuildError as e:
+        raise livecluster.ClusterError(f"--native on: {e}") from None
+    return True
 
 
 def _uptime(seconds: float | None) -> str:
@@ -105,6 +129,9 @@ def register(sub) -> None:
     c.add_argument("--cpus", type=positive, default=2.0, help="CPUs per PN, > 0 (default 2)")
     c.add_argument("--mem-gb", type=positive, default=8.0, help="memory per PN in GB, > 0 (default 8)")
     c.add_argument("--scheduler", default="apollo", choices=list(PROFILES), help="the scheduling profile")
+    c.add_argument("--native", choices=("auto", "on", "off"), default="auto",
+                   help="up: the processes run the compiled modules (apollo.tools.native; the same behaviour, "
+                        "faster): auto when this machine has built them (default), on builds them first")
     c.add_argument("--queues", metavar="FILE", help="a queue file (TOML): fair pools or capacity queues")
     c.add_argument("--bind", default="127.0.0.1",
                    help="the address every process listens on (another machine's PNs join through it)")
