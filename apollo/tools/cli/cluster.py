@@ -46,18 +46,12 @@ def _compiled(mode: str) -> bool:
     when this machine has a build of these sources (none is made at start-up: it takes minutes);
     on, building one first if need be."""
     from apollo.tools import livecluster, native
-    if mode == "off":
-        return False
     if mode == "auto":
         return native.built()
-    if not native.built():
-        print("building the compiled modules (apollo.tools.native; once per source version)...", file=sys.stderr,
-              flush=True)
     try:
-        native.build()
+        return not native.for_children(mode)      # (off: no; on: built first, or NativeBuildError)
     except native.NativeBuildError as e:
         raise livecluster.ClusterError(f"--native on: {e}") from None
-    return True
 
 
 def _uptime(seconds: float | None) -> str:
