@@ -269,6 +269,33 @@ async def test_runtime_hands_batching_actors_their_exits_together_and_drops_kill
         await rt.stop()
 
 
+async def test_runtime_delivers_an_iterations_exits_of_every_batching_actor_with_one_flush(tmp_path):
+    """Exits of several batching actors in one loop iteration (the tasks a burst dispatched to
+    many PNs of a process end together) go out in one callback, with one write per connection;
+    an actor removed or replaced before it runs gets none of them."""
+    from apollo.runtime.live import LiveRuntime
+    rt = LiveRuntime(b"secret", seed=1, workdir=tmp_path, io=IoModel(init_s=0.0))
+    a, b, gone = _Exits(True), _Exits(True), _Exits(True)
+    for addr, actor in (("pn:0", a), ("pn:1", b), ("pn:2", gone)):
+        rt.add(addr, actor, start=False)
+    await rt.start(listen_port=None)
+    flushes = []
+    real_flush = rt.endpoint.flush_now
+    rt.endpoint.flush_now = lambda: (flushes.append(len(a.got) + len(b.got)), real_flush())[1]
+    try:
+        for i, (addr, actor) in enumerate((("pn:0", a), ("pn:1", b), ("pn:2", gone))):
+            rt._exited(addr, actor, TaskExited((1, 2 * i, 1), True, 0, ""))
+            rt._exited(addr, actor, TaskExited((1, 2 * i + 1, 1), True, 0, ""))
+        rt.remove("pn:2")
+        await await_until(lambda: a.got and b.got, 2, "the exits handed over")
+        assert [[e.task_key for e in ev] for ev in a.got] == [[(1, 0, 1), (1, 1, 1)]]
+        assert [[e.task_key for e in ev] for ev in b.got] == [[(1, 2, 1), (1, 3, 1)]]
+        assert flushes == [2]                     # one flush, after both actors had theirs
+        await await_holds_for(lambda: gone.got == [], 0.01, "no exits for a removed actor")
+    finally:
+        await rt.stop()
+
+
 async def test_client_waits_have_their_own_futures(tmp_path):
     from apollo.tools.client import Client
     from apollo.core.messages import JobDone

@@ -13,7 +13,8 @@ SimRuntime:
   TaskExited back, never after a Kill. An actor whose class sets
   ``batch_exits = True`` (PnState) gets the exits of one loop iteration
   together, as one list, on the next iteration (one queue pass and one status
-  batch for them all); others get each TaskExited at once.
+  batch for them all), every such actor of the process in one callback whose
+  sends go out in one write per peer; others get each TaskExited at once.
 - Spawn: adds an actor. Log: ``log_sink(kind, data, now)``, by default the
   python logger "apollo.live".
 
@@ -89,6 +90,7 @@ class LiveRuntime:
         self.routes: dict[str, str] = {}     # local prefix routes: "jm" -> "jmhost"
         self.timers: dict[tuple, asyncio.TimerHandle] = {}
         self._exits: dict[str, tuple] = {}   # batching actors: (actor, [TaskExited]) to deliver
+        self._exits_armed = False            # a callback to deliver them is scheduled
         self.endpoint = Endpoint(secret, [], self._on_remote, listen_host=listen_host, max_frame=max_frame)
         self.endpoint.on_peer_lost = self._peer_lost
         self.endpoint.on_peer_back = self._peer_back
@@ -240,29 +242,32 @@ class LiveRuntime:
     def _exited(self, addr: str, actor: Any, ev: Any) -> None:
         """A task of ``addr`` ended. An actor with ``batch_exits`` gets every exit of this loop
         iteration together, as one list event (one queue pass, one status batch), on the next
-        iteration; any other actor gets each TaskExited now."""
+        iteration; any other actor gets each TaskExited now. (One callback delivers the
+        iteration's exits to every such actor and writes what they sent once: tasks that end
+        together, as a burst dispatched together does, cost one write per connection, not one
+        per actor.)"""
         if not getattr(actor, "batch_exits", False):
             self._deliver_to(addr, actor, ev)
             return
         pending = self._exits.get(addr)
         if pending is None or pending[0] is not actor:
             self._exits[addr] = (actor, [ev])
-            self._loop.call_soon(self._deliver_exits, addr, actor)
+            if not self._exits_armed:
+                self._exits_armed = True
+                self._loop.call_soon(self._deliver_exits)
         else:
             pending[1].append(ev)
 
-    def _deliver_exits(self, addr: str, actor: Any) -> None:
-        pending = self._exits.get(addr)
-        if pending is None or pending[0] is not actor:
-            return                              # removed or replaced since (and forgotten)
-        del self._exits[addr]
-        q = pending[1]
-        if q:
-            self.endpoint.hold()
-            try:
-                self._deliver_to(addr, actor, q if len(q) > 1 else q[0])
-            finally:
-                self.endpoint.flush_now()
+    def _deliver_exits(self) -> None:
+        self._exits_armed = False
+        exits, self._exits = self._exits, {}
+        self.endpoint.hold()
+        try:
+            for addr, (actor, q) in exits.items():
+                if q and self.actors.get(addr) is actor:     # (not removed or replaced since)
+                    self._deliver_to(addr, actor, q if len(q) > 1 else q[0])
+        finally:
+            self.endpoint.flush_now()
 
     def _drop_exit(self, addr: str, task_key: tuple) -> None:
         """A Kill: an exit of that attempt still waiting for delivery is dropped (no TaskExited
