@@ -174,6 +174,7 @@ class JmHost:
             return []
         self._gone(msg.job_id)
         out = jm.release(msg.kill, now)
+        jm.close()
         return self._wrap(msg.job_id, out) + [Log("released", (msg.job_id, now, msg.kill))]
 
     def _host_report(self) -> list:
@@ -213,6 +214,7 @@ class JmHost:
         if jm.finished:
             del self.jms[job_id]
             self._gone(job_id)
+            jm.close()
             self.finished[job_id] = JobDone(job_id, not jm.failed_reason, jm.failed_reason, jm.finished_at,
                                             jm.done)
 

@@ -70,9 +70,18 @@ class JmState:
         self.placement = placement = Placement(tasks, watchdog, config, view, clones)
         self.attempts = attempts = Attempts(tasks, placement, watchdog, config, view, spec.max_retries, clones,
                                             clone_cpu, clones_low)
-        placement.attempts = attempts
+        if clones > 1:
+            # (a cloned job's clones go out with its tasks' dispatch. Only then: the reference
+            # makes a cycle, which reference counting alone cannot free when the job ends, so
+            # every finished job would wait for the cyclic collector; ``close`` breaks it)
+            placement.attempts = attempts
         self.giveback = GiveBack(tasks, attempts)
         self.adoption = Adoption(tasks, attempts, watchdog, config, generation, done)
+
+    def close(self) -> None:
+        """The host drops this JM (its job finished, or moved): its parts' references to each
+        other go, so that it is freed at once."""
+        self.placement.attempts = None
 
     # ---- what the host reads -----------------------------------------------------------
     @property
