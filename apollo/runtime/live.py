@@ -260,10 +260,13 @@ class LiveRuntime:
 
     def _deliver_exits(self) -> None:
         self._exits_armed = False
-        exits, self._exits = self._exits, {}
+        exits = self._exits
         self.endpoint.hold()
         try:
-            for addr, (actor, q) in exits.items():
+            while exits:
+                # (each actor's are taken off only as they go: until then a Kill still drops one)
+                addr = next(iter(exits))
+                actor, q = exits.pop(addr)
                 if q and self.actors.get(addr) is actor:     # (not removed or replaced since)
                     self._deliver_to(addr, actor, q if len(q) > 1 else q[0])
         finally:
