@@ -33,6 +33,7 @@ logged; the process keeps going.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import tempfile
@@ -95,7 +96,7 @@ class LiveRuntime:
         self.endpoint.on_peer_lost = self._peer_lost
         self.endpoint.on_peer_back = self._peer_back
         self._removed: set[str] = set()      # local actors taken away (their return is PeerBack)
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: Any = None              # (the running loop, from start())
         self._t0 = 0.0
         self._early: list[tuple] = []        # work asked for before start()
         self.started = False
@@ -225,12 +226,13 @@ class LiveRuntime:
         self._deliver_to(addr, actor, event)
 
     def _deliver_to(self, addr: str, actor: Any, event: Any) -> None:
+        handle = actor.handle
         if self.stopped or self.actors.get(addr) is not actor:
             return                              # removed or replaced since this was scheduled
         now = self._loop.time() - self._t0
         self.events += 1
         try:
-            effects = actor.handle(event, now, self.rng)
+            effects = handle(event, now, self.rng)
         except Exception:
             self.errors += 1
             log.exception("actor %s raised on %s at t=%.3f; the event is dropped",
@@ -332,7 +334,7 @@ class LiveRuntime:
                     self.log_sink(e.kind, e.data, now)
                 elif te is Launch:
                     self.executor.launch(addr, e.task, e.locality,
-                                         lambda ev, a=addr, act=actor: self._exited(a, act, ev), e.slowdown)
+                                         functools.partial(self._exited, addr, actor), e.slowdown)
                 elif te is Kill:
                     self.executor.kill(addr, e.task_key)
                     if self._exits:

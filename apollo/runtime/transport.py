@@ -84,7 +84,7 @@ KEEPALIVE_TIMEOUT_S = 3.0
 _PING = msgpack.packb(["", "ping"], use_bin_type=True)
 
 
-_UNREACHABLE: Any = object()   # _resolve: a route exists but its peer failed to connect just now
+_UNREACHABLE: Any = object()   # _resolve: a route's peer failed to connect just now (not a _Conn: -> Any)
 
 
 def _split_hostport(hp: str) -> tuple[str, int]:
@@ -112,7 +112,7 @@ class _Conn(asyncio.Protocol):
         self.target = target                    # outbound: the "host:port" we dialled
         self.outbound = bool(target)
         self.state = HELLO
-        self.transport: asyncio.Transport | None = None
+        self.transport: Any = None           # (an asyncio.Transport once connected)
         self.my_nonce = os.urandom(NONCE_BYTES)
         self.their_nonce = b""
         self.peer_hosted: list[str] = []
@@ -140,7 +140,7 @@ class _Conn(asyncio.Protocol):
 
     # ---- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport
         pn = transport.get_extra_info("peername")
         if pn:
             self.peername = f"{pn[0]}:{pn[1]}"
@@ -184,6 +184,7 @@ class _Conn(asyncio.Protocol):
             src = data                  # the common case: parse the chunk in place, no copy
         n = len(src)
         pos = 0
+        payload: Any = None
         limit = endpoint.max_frame if self.state == READY else endpoint.max_handshake_frame
         mv = memoryview(src)
         unpackb = msgpack.unpackb
@@ -408,7 +409,7 @@ class Endpoint:
         self.max_backoff_s = max_backoff_s
         self.retire_grace_s = 2.0               # a duplicate connection stays readable this long
         self.address = ""
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: Any = None              # (the running loop, from start())
         self._server: asyncio.AbstractServer | None = None
         self._routes: dict[str, str] = {}       # address or prefix -> "host:port"
         self._learned: dict[str, _Conn] = {}    # address or prefix -> a ready connection hosting it
@@ -443,9 +444,9 @@ class Endpoint:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         if self.listen_port is not None:
-            self._server = await self._loop.create_server(lambda: _Conn(self), self.listen_host,
-                                                          self.listen_port)
-            port = self._server.sockets[0].getsockname()[1]
+            server: Any = await self._loop.create_server(lambda: _Conn(self), self.listen_host, self.listen_port)
+            self._server = server
+            port = server.sockets[0].getsockname()[1]
             self.address = f"{self.listen_host}:{port}"
             log.info("listening on %s", self.address)
         if self.keepalive_s > 0:
@@ -557,7 +558,7 @@ class Endpoint:
                 self._warned.clear()
             log.warning(fmt, *args)
 
-    def _resolve(self, to: str) -> _Conn | None:
+    def _resolve(self, to: str) -> Any:
         c = self._learned.get(to)
         if c is not None:
             return c
@@ -632,7 +633,7 @@ class Endpoint:
             for c in dirty:
                 c._flush()
 
-    def _dial(self, hp: str) -> _Conn | None:
+    def _dial(self, hp: str) -> Any:
         if self._closed or self._loop is None:
             return None
         retry_after = self._backoff.get(hp, (0.0, 0.0))[0]

@@ -344,7 +344,8 @@ class Client:
             resend = loop.call_later(min(RETRY_S, timeout_s), again)
             ans: JobAccepted = await answer
         finally:
-            resend.cancel()
+            if resend is not None:        # (None: the first send raised, which goes on up)
+                resend.cancel()
             self.inbox.answers.pop(key, None)
         if not ans.accepted:
             raise SpecError(f"job {spec.name!r} refused: {ans.reason}")

@@ -46,7 +46,7 @@ MODULES = ("apollo.core.clocks", "apollo.core.effects", "apollo.core.messages", 
            "jm.interest", "jm.report_rows", "jm.view", "rm.state", "jm.tasks", "jm.placement", "jm.watchdog", "jm.adoption",
            "jm.giveback", "pn.attempt", "pn.config",
            "rm.jobs", "rm.cluster_load", "rm.token_messages", "rm.jm_homes", "rm.queue_limits", "rm.admission",
-           "rm.give_back_asks", "rm.allocation_round", "rm.host_reports")
+           "rm.give_back_asks", "rm.allocation_round", "rm.host_reports", "apollo.runtime.transport", "apollo.runtime.live")
 # The project modules those import: their sources are part of a build's identity too.
 DEPENDS = ("apollo.core.cluster", "apollo.core.lifecycle", "apollo.core.shapes", "apollo.core.spec",
            "apollo.core.stragglers", "apollo.runtime.hugepages", "jm.estimate", "jm.stable_matching", "jm.policies",
@@ -55,7 +55,7 @@ DEPENDS = ("apollo.core.cluster", "apollo.core.lifecycle", "apollo.core.shapes",
            "jm.policies.deferral", "jm.policies.delay", "jm.policies.gate", "jm.policies.matchers",
            "jm.policies.offers", "jm.policies.sparrow", "rm.give_back", "rm.queue_order", "rm.share_capacity",
            "rm.share_fair", "rm.share_kind", "rm.share_math", "rm.sharing_types", "rm.exact_sum",
-           "rm.snapshot_columns")
+           "rm.snapshot_columns", "apollo.runtime.executor")
 # Error codes the checker is told to ignore: none. Types are checked throughout: a compiled
 # function called with the wrong type from compiled code is not checked at run time (a tuple
 # passed for a list[...] crashed the process).
