@@ -195,6 +195,48 @@ def test_the_compiled_modules_give_the_same_report():
     assert got["off"] == got["auto"] == got["on"] and got["off"]["passed"] == 2
 
 
+COMPILED_CLUSTER = """
+import asyncio, tempfile
+from pathlib import Path
+import numpy as np
+import apollo.runtime.live as live, apollo.runtime.transport as transport
+from apollo.core.spec import JobSpec, StageSpec
+from apollo.runtime.live import run
+from apollo.tools import livecluster, native
+from apollo.tools.client import Client
+assert live.__file__.endswith(native.SUFFIX) and transport.__file__.endswith(native.SUFFIX), live.__file__
+
+async def jobs(folder):
+    async with Client(folder) as c:
+        ids = [await c.submit(JobSpec(f"j{i}", [StageSpec("s", 4, np.full(4, 0.01), cpu=1.0, mem_gb=1.0)]))
+               for i in range(6)]
+        return [await c.wait(j, 60.0) for j in ids]
+
+with tempfile.TemporaryDirectory() as tmp:
+    folder = Path(tmp) / "c"
+    livecluster.up(folder, pns=2, racks=1, procs=1, cpus=1.0, mem_gb=4.0, native=True)
+    try:
+        done = run(jobs(folder))
+    finally:
+        livecluster.down(folder)
+print(sum(d.ok for d in done), sum(d.tasks_done for d in done))
+"""
+
+
+@pytest.mark.live
+@pytest.mark.slow
+@pytest.mark.skipif(bool(native.missing_tools()), reason=f"cannot compile here: {native.missing_tools()}")
+def test_a_cluster_of_compiled_processes_runs_jobs_through_the_compiled_runtime():
+    # The live runtime's loop and transport are compiled too (every message of a live process
+    # passes through them): this client and the cluster's processes run them compiled.
+    env = dict(os.environ)
+    b = _run("from apollo.tools import native; print(native.build())", env)
+    assert b.returncode == 0, b.stderr
+    got = _run(COMPILED_CLUSTER, dict(env, APOLLO_NATIVE="1"))
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split() == ["6", "24"]
+
+
 def test_child_processes_are_told_to_load_a_build_only_when_there_is_one(monkeypatch, tmp_path):
     monkeypatch.setenv("APOLLO_NATIVE_CACHE", str(tmp_path))
     monkeypatch.setenv("APOLLO_NATIVE", "1")
