@@ -7,13 +7,13 @@ they have and carry on with a stale one when the RM is away.
 """
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import numpy as np
 
 from apollo.core.clocks import Offsets
 from apollo.core.messages import ClusterView
+from apollo.core.rows import RowWriter
 from apollo.core.shapes import GRID, ShapeGrid
 
 IDLE_CHECK_S = 0.01     # has_idle re-scans the lightly loaded servers at most this often
@@ -35,10 +35,7 @@ class ViewCache:
         # reads as all zeros, "everything fits", and a 2-core one must not look like 4 free)
         self.free_of_fits = np.minimum(np.array((0.0,) + tuple(grid.cpu)), cores)
         self.matrices = np.zeros((servers, shapes), dtype=np.float32)
-        # A reading handed over as a list of floats (a simulated PN's) is packed straight into
-        # its row: numpy's conversion of a 12-float list was most of a status batch's cost here.
-        self._row = struct.Struct(f"={shapes}f")
-        self._rows = memoryview(self.matrices.data).cast("B")
+        self._rows = RowWriter(self.matrices)        # (a reading as a list: packed into its row)
         self.stamps = np.full(servers, -np.inf)
         # How each reading moves after its stamp (Heartbeat.grow): < 0, its waits count down; else
         # those above zero grow at that rate (a server whose tasks overran reports once, not
@@ -278,13 +275,7 @@ class ViewCache:
         if time > self.stamps.item(server):
             if self._idle_owed:
                 self._settle_idle(now)
-            if type(matrix) is list:
-                try:
-                    self._row.pack_into(self._rows, server * self._row.size, *matrix)
-                except (struct.error, OverflowError):
-                    self.matrices[server] = matrix      # (numpy's conversion, and its errors)
-            else:
-                self.matrices[server] = matrix
+            self._rows.write(server, matrix)
             self.stamps[server] = time
             was = self.grows.item(server)
             if was != grow:

@@ -23,6 +23,7 @@ import numpy as np
 
 from apollo.core.clocks import RESET_S, Offsets
 from apollo.core.messages import ClusterView, Heartbeat
+from apollo.core.rows import RowWriter
 
 
 class ClusterLoad:
@@ -33,6 +34,7 @@ class ClusterLoad:
         self.lightly_loaded_n = lightly_loaded      # list length; 0: max(8, servers // 10)
         n = servers
         self.matrices = np.zeros((n, shapes), dtype=np.float32)
+        self._rows = RowWriter(self.matrices)        # (a reading as a list: packed into its row)
         self.stamps = np.full(n, -1.0)
         self.grows = np.full(n, -1.0, dtype=np.float32)    # how each reading moves (Heartbeat.grow)
         # The views: the last one's number, and per row the first view that shows it as it is
@@ -102,7 +104,7 @@ class ClusterLoad:
         if booted:     # (a new incarnation, or the first heartbeat heard)
             self._pn_boot[s] = hb.boot_time
             self.boot_times[s] = hb.boot_time + shift
-        self.matrices[s] = hb.matrix
+        self._rows.write(s, hb.matrix)
         self.stamps[s] = hb.time + shift
         self.grows[s] = hb.grow
         self.row_seq[s] = self.newest_row = self.view_seq + 1

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 # Compiled together (one mypyc group: calls between them are C calls).
-MODULES = ("apollo.core.clocks", "apollo.core.effects", "apollo.core.messages", "apollo.core.wire", "apollo.core.records",
+MODULES = ("apollo.core.clocks", "apollo.core.rows", "apollo.core.effects", "apollo.core.messages", "apollo.core.wire", "apollo.core.records",
            "apollo.runtime.events", "apollo.runtime.sim", "pn.queue", "pn.state", "jm.attempts", "jm.host", "jm.state",
            "jm.interest", "jm.report_rows", "jm.view", "rm.state", "jm.tasks", "jm.placement", "jm.watchdog", "jm.adoption",
            "jm.giveback", "pn.attempt", "pn.config",
