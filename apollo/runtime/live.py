@@ -226,7 +226,7 @@ class LiveRuntime:
         self._deliver_to(addr, actor, event)
 
     def _deliver_to(self, addr: str, actor: Any, event: Any) -> None:
-        handle = actor.handle
+        handle = actor.handle       # (bound first: after the identity test mypy takes actor for None)
         if self.stopped or self.actors.get(addr) is not actor:
             return                              # removed or replaced since this was scheduled
         now = self._loop.time() - self._t0

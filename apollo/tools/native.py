@@ -41,12 +41,14 @@ import time
 from pathlib import Path
 
 # Compiled together (one mypyc group: calls between them are C calls).
-MODULES = ("apollo.core.clocks", "apollo.core.rows", "apollo.core.effects", "apollo.core.messages", "apollo.core.wire", "apollo.core.records",
-           "apollo.runtime.events", "apollo.runtime.sim", "pn.queue", "pn.state", "jm.attempts", "jm.host", "jm.state",
-           "jm.interest", "jm.report_rows", "jm.view", "rm.state", "jm.tasks", "jm.placement", "jm.watchdog", "jm.adoption",
+MODULES = ("apollo.core.clocks", "apollo.core.rows", "apollo.core.effects", "apollo.core.messages", "apollo.core.wire",
+           "apollo.core.records", "apollo.runtime.events", "apollo.runtime.sim", "pn.queue", "pn.state", "jm.attempts",
+           "jm.host", "jm.state", "jm.interest", "jm.report_rows", "jm.view", "rm.state", "jm.tasks", "jm.placement",
+           "jm.watchdog", "jm.adoption",
            "jm.giveback", "pn.attempt", "pn.config",
            "rm.jobs", "rm.cluster_load", "rm.token_messages", "rm.jm_homes", "rm.queue_limits", "rm.admission",
-           "rm.give_back_asks", "rm.allocation_round", "rm.host_reports", "apollo.runtime.transport", "apollo.runtime.live")
+           "rm.give_back_asks", "rm.allocation_round", "rm.host_reports",
+           "apollo.runtime.transport", "apollo.runtime.live")
 # The project modules those import: their sources are part of a build's identity too.
 DEPENDS = ("apollo.core.cluster", "apollo.core.lifecycle", "apollo.core.shapes", "apollo.core.spec",
            "apollo.core.stragglers", "apollo.runtime.hugepages", "jm.estimate", "jm.stable_matching", "jm.policies",
