@@ -279,6 +279,7 @@ class ClusterLoad:
 
     def validate(self) -> None:
         assert self.matrices.shape == (self.servers, self.shapes)
+        assert self._rows.matrix is self.matrices, "readings written into a matrix no longer kept"
         assert self.alive_n == int(self.alive.sum())
         assert int(self.row_seq.max(initial=0)) <= self.view_seq + 1, "a row newer than the next view"
         assert int(self.row_seq.max(initial=0)) <= self.newest_row, "a row newer than the newest counted"
