@@ -269,7 +269,7 @@ class LiveRuntime:
                 # (each actor's are taken off only as they go: until then a Kill still drops one)
                 addr = next(iter(exits))
                 actor, q = exits.pop(addr)
-                if q and self.actors.get(addr) is actor:     # (not removed or replaced since)
+                if q:                                   # (_deliver_to skips an actor removed since)
                     self._deliver_to(addr, actor, q if len(q) > 1 else q[0])
         finally:
             self.endpoint.flush_now()
