@@ -7,6 +7,7 @@ the matcher sees each (task, server) pair once.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,7 @@ def candidate_rows(reps: np.ndarray, topo: Topology, lightly_loaded: np.ndarray,
         light = lightly_loaded[light]
     # Servers in the replicas' racks (random members); tasks with no input get random servers
     # (drawn only if some task has none: a task's replicas are all servers or all -1).
-    has = None if no_replicas else reps >= 0
+    has: Any = None if no_replicas else reps >= 0
     readers = 0 if has is None else np.count_nonzero(has)
     if readers:
         rep_cols = reps[:, _repeat_columns(w, per_rack)]      # each replica, per_rack times

@@ -11,6 +11,7 @@ plus a tiny random term so that JMs do not all break ties the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -114,7 +115,7 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
     (Written for few calls into numpy: a batch of one task, the common case at a job's start,
     pays numpy's per-call cost and not its per-element one.)"""
     # (no task reads input: start-up alone, the same floats as init_s + 0 / bandwidth per pair)
-    I = io.init_s + in_bytes[:, None] / bandwidths(io)[loc] if np.count_nonzero(in_bytes) else io.init_s
+    I: Any = io.init_s + in_bytes[:, None] / bandwidths(io)[loc] if np.count_nonzero(in_bytes) else io.init_s
     wait = view.matrices[cand, shape_idx[:, None]]      # (float32: the arithmetic below is float64)
     stamps = view.stamps[cand]
     elapsed = now - stamps
@@ -138,7 +139,7 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
     if np.count_nonzero(mine):
         view.add_pending_wait(W, cand, cpu, elapsed, mine)
     E = I + W + runtime[:, None]
-    p_fail = cfg.failure_prior if fail_rate is None else np.maximum(fail_rate[cand], cfg.failure_prior)
+    p_fail: Any = cfg.failure_prior if fail_rate is None else np.maximum(fail_rate[cand], cfg.failure_prior)
     C = (1.0 - p_fail) * E + cfg.kfail * p_fail * E
     if cfg.tie_noise_s > 0:
         C += rng.random(C.shape) * cfg.tie_noise_s

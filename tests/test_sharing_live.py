@@ -190,7 +190,10 @@ def test_a_short_job_gets_its_queues_share_under_apollo_within_the_timeouts(tmp_
     assert done.ok, done.reason
     assert took < 10 + 2 * 5 + 6, took
     killed = [r for r in rec.attempts if r[A_JOB] == a and r[A_OUTCOME] == "preempted" and not r[A_OPP]]
-    assert len(killed) <= 10, len(killed)          # b's 10 tokens, no more (less as alice's tasks end)
+    # b is 10 cores short at its timeout (9.6 guaranteed): the minimum is 10 kills, and the bound is
+    # the minimum + 2, as issue 27 sets it (11 kills were seen once in ~10 runs; the cause of the
+    # extra kill is not known yet)
+    assert len(killed) <= 10 + 2, len(killed)
     assert most <= 32.0 + 1e-6, most               # held never past the cluster
     assert done2.ok, done2.reason
     assert took2 < 15 + 2 * 5 + 6, took2

@@ -8,7 +8,7 @@ queue wait W. Filters do not write into it: they return a Cut, which the pipelin
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -44,11 +44,16 @@ class Batch:
         self.per_server = per_server    # tasks one server may take per batch (pipelined short tasks)
         self._has_input = has_input     # (None: read off ``reps`` when a policy first asks)
         self.no_replicas = no_replicas  # known that no task has replica servers (reps all -1)
-        self.cand = self.valid = self.loc = None
-        self.C = self.E = self.W = None
-        self.light = view.lightly_loaded if view is not None else None   # where the lightly loaded
+        # (Any: arrays once the pipeline sets them, None before)
+        self.cand: Any = None
+        self.valid: Any = None
+        self.loc: Any = None
+        self.C: Any = None
+        self.E: Any = None
+        self.W: Any = None
+        self.light: Any = view.lightly_loaded if view is not None else None   # where the lightly loaded
                                     # candidates are drawn from (the pipeline may narrow it)
-        self.max_loc = None         # the tightest "loc" cut per task, if any (matchers that look
+        self.max_loc: Any = None    # the tightest "loc" cut per task, if any (matchers that look
                                     # beyond the candidates honour it)
 
     def __len__(self) -> int:

@@ -47,11 +47,11 @@ def place(b: Batch, profile, states, fail_rate, rng):
         # tests/test_policies_seams.py holds it to): that answer, read off the row, costs a few
         # numpy calls where the matcher's machinery for many would cost dozens.
         row = b.C[0]
-        k = int(row.argmin())
-        if not row.item(k) < INF:
+        best = int(row.argmin())
+        if not row.item(best) < INF:
             return _unmatched(1)
         # (the server and wait as views of the row's entry: nobody writes to them)
-        return b.cand[0, k:k + 1], b.W[0, k:k + 1], np.array([b.loc.item(0, k)], dtype=np.int64)
+        return b.cand[0, best:best + 1], b.W[0, best:best + 1], np.array([b.loc.item(0, best)], dtype=np.int64)
     srv, wait, where = m.match(b)
     if wait is None:
         B = len(b)
