@@ -15,7 +15,8 @@ Definitions:
   share_mean / share_p5: the CPU its jobs' attempts held as a fraction of the cluster,
   averaged over the run and its 5th percentile over the seconds the queue had jobs (admitted
   or waiting); fair_share_mean: the sharing policy's share for it, as a fraction, averaged
-  over its allocation rounds; below_guarantee_s: seconds it held less than min(its guarantee
+  over time from its first allocation round (a round's share holds until the next);
+  below_guarantee_s: seconds it held less than min(its guarantee
   or min share, its demand) while it had demand (half a core of slack); preempted: attempts
   of its jobs killed to give tokens back; admission_wait_s: submission to admission of its
   jobs; job_mean_s and small_job_mean_s: completion of its jobs. fairness.queue_jain_index is
@@ -233,16 +234,17 @@ def queue_figures(rec: Recorder, capacity: float, t0: float, t1: float) -> dict[
         for j, qq in queue_of.items():
             if qq == q:
                 live |= (mid >= sub_at[j]) & (mid < done_at.get(j, np.inf))
-        fair_sh, below = [], 0.0
+        fair_sh, fair_for, below = [], [], 0.0
         allocs = rec.allocations
         for k, (t, cap, row) in enumerate(allocs):
             r = row.get(q)
             if r is None:
                 continue
             sh, held, demand, guar = r[0], r[1], r[2], r[3]
+            nxt = allocs[k + 1][0] if k + 1 < len(allocs) else t1
             if cap > 0:
                 fair_sh.append(sh / cap)
-            nxt = allocs[k + 1][0] if k + 1 < len(allocs) else t1
+                fair_for.append(max(0.0, nxt - t))      # (a round's share holds until the next)
             if demand > 0 and held < min(guar, demand) - 0.5:
                 below += max(0.0, nxt - t)
         jobs = [j for j, qq in queue_of.items() if qq == q]
@@ -252,13 +254,25 @@ def queue_figures(rec: Recorder, capacity: float, t0: float, t1: float) -> dict[
         out[q] = {"jobs": len(jobs),
                   "share_mean": float(share.mean()) if len(share) else 0.0,
                   "share_p5": float(np.percentile(share[live], 5)) if live.any() else 0.0,
-                  "fair_share_mean": float(np.mean(fair_sh)) if fair_sh else 0.0,
+                  "fair_share_mean": _time_mean(fair_sh, fair_for),
                   "below_guarantee_s": float(below),
                   "preempted": int(sum(1 for qq, _, _, _, o in rows if qq == q and o == "preempted")),
                   "admission_wait_s": stats(waits),
                   "job_mean_s": float(np.mean(jct)) if jct else 0.0,
                   "small_job_mean_s": float(np.mean(small)) if small else 0.0}
     return out
+
+
+def _time_mean(values: list[float], spans: list[float]) -> float:
+    """The mean of ``values``, each weighted by the seconds it held (``spans``): a figure sampled at
+    every allocation round must not move with how often rounds run. All spans zero (rounds only
+    at the run's end): the plain mean."""
+    if not values:
+        return 0.0
+    total = sum(spans)
+    if total <= 0.0:
+        return float(np.mean(values))
+    return float(np.dot(values, spans) / total)
 
 
 def write_report(report: dict, path: str | Path) -> None:
