@@ -158,7 +158,8 @@ from apollo.core.stragglers import DOLLY
 from apollo.workloads import load_workload
 w = load_workload("heavytail", seed=4)
 w.jobs = w.jobs[:120]
-r = run_simulation(w, SimConfig(servers=120, racks=6, seed=4, opportunistic=True, stragglers=DOLLY))
+# (task failures too: the estimates then read each server's failure rate, a path of its own)
+r = run_simulation(w, SimConfig(servers=120, racks=6, seed=4, opportunistic=True, stragglers=DOLLY, fail_prob=0.05))
 for k in ("throughput",):
     r.pop(k, None)
 print(json.dumps({"native": native.loaded(), "report": r}, sort_keys=True, default=str))
