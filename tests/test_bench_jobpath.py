@@ -3,7 +3,10 @@ import json
 
 from apollo.bench.jobpath import OFF_PATH, main
 
+from helpers import interpreted_only
 
+
+@interpreted_only
 def test_jobpath_json(tmp_path):
     out = tmp_path / "jobpath.json"
     assert main(["--jobs", "40", "--native", "off", "--json", str(out)]) == 0

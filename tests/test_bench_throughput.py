@@ -23,7 +23,7 @@ from jm.view import ViewCache
 from pn.attempt import weighted_pick as _weighted_pick
 from pn.state import PnConfig, PnState
 
-from helpers import Rng, await_holds_for, await_until, task
+from helpers import Rng, await_holds_for, await_until, interpreted_only, task
 
 
 # ---------------------------------------------------------------------------- the bench
@@ -269,6 +269,7 @@ async def test_runtime_hands_batching_actors_their_exits_together_and_drops_kill
         await rt.stop()
 
 
+@interpreted_only
 async def test_runtime_delivers_an_iterations_exits_of_every_batching_actor_with_one_flush(tmp_path):
     """Exits of several batching actors in one loop iteration (the tasks a burst dispatched to
     many PNs of a process end together) go out in one callback, with one write per connection;

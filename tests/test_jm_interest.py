@@ -12,7 +12,7 @@ from jm.host import JmHost
 from jm.state import JmConfig, JmState
 from jm.view import ViewCache
 
-from helpers import full_view, Rng
+from helpers import full_view, interpreted_only, Rng
 
 TOPO = Topology(20, 4)
 
@@ -53,6 +53,7 @@ def dispatched(out):
     return [t for e in out if isinstance(e, Send) and isinstance(e.msg, Dispatch) for t in e.msg.tasks]
 
 
+@interpreted_only
 def test_a_job_with_ready_tasks_is_asked_until_they_are_placed(asked):
     h = JmHost(JmConfig(topology=TOPO))
     h.handle(StartJob(1, job(), 0, 0.0, ""), 0.0, Rng())          # no tokens: its tasks stay ready
@@ -68,6 +69,7 @@ def test_a_job_with_ready_tasks_is_asked_until_they_are_placed(asked):
     assert got == []
 
 
+@interpreted_only
 def test_a_job_whose_report_moved_is_asked_once(asked):
     h = JmHost(JmConfig(topology=TOPO))
     out = h.handle(StartJob(1, job(), 2, 0.0, ""), 0.0, Rng())
@@ -83,6 +85,7 @@ def test_a_job_whose_report_moved_is_asked_once(asked):
     assert got == []
 
 
+@interpreted_only
 def test_a_job_is_asked_when_its_watchdog_falls_due(asked):
     h = JmHost(JmConfig(topology=TOPO))
     h.handle(StartJob(1, job(seconds=5.0), 2, 0.0, ""), 0.0, Rng())
@@ -99,6 +102,7 @@ def test_a_job_is_asked_when_its_watchdog_falls_due(asked):
     assert got == []
 
 
+@interpreted_only
 def test_a_job_with_clone_grant_to_give_back_is_asked(asked):
     h = JmHost(JmConfig(topology=TOPO))
     h.handle(StartJob(1, job(), 2, 0.0, "", clones=2, clone_cpu=10.0), 0.0, Rng())
@@ -114,6 +118,7 @@ def test_a_job_with_clone_grant_to_give_back_is_asked(asked):
     assert got == []
 
 
+@interpreted_only
 def test_a_job_with_queued_tasks_is_asked_and_moves_them_only_to_an_idle_server(asked):
     h = JmHost(JmConfig(topology=TOPO))
     out = h.handle(StartJob(1, job(), 2, 0.0, ""), 0.0, Rng())
@@ -143,6 +148,7 @@ class AskingAll(JmHost):
         return out
 
 
+@interpreted_only
 def test_the_jobs_moved_by_a_view_and_the_idle_servers_found_are_as_asking_all():
     """Hosts asking all jobs and asking the indexed ones, fed the same events, send the same:
     the idle servers a view shows are found once per view, at the same point of the loop."""

@@ -8,7 +8,7 @@ import pytest
 from apollo.tools.simulate import SimConfig, run_simulation
 from apollo.core.spec import JobSpec, StageSpec, Workload
 from apollo.workloads import load_workload
-from helpers import profiles
+from helpers import interpreted_only, profiles
 
 
 def strip(report):
@@ -139,6 +139,7 @@ def test_long_tasks_probed_while_running_still_complete():
     assert r["jobs"] == {"submitted": 300, "completed": 300, "failed": 0, "refused": 0}
 
 
+@interpreted_only
 def test_a_simulation_in_a_test_validates_every_actor_after_every_event():
     """conftest.py turns the check on for every SimRuntime, whoever builds it: an actor whose
     invariant breaks stops the run at the event that broke it."""
