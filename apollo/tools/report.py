@@ -16,8 +16,8 @@ Definitions:
   averaged over the run and its 5th percentile over the seconds the queue had jobs (admitted
   or waiting); fair_share_mean: the sharing policy's share for it, as a fraction, averaged
   over time from its first allocation round (a round's share holds until the next);
-  below_guarantee_s: seconds it held less than min(its guarantee
-  or min share, its demand) while it had demand (half a core of slack); preempted: attempts
+  below_guarantee_s: seconds it held less than min(its guarantee or min share, its demand)
+  while it had demand (half a core of slack); preempted: attempts
   of its jobs killed to give tokens back; admission_wait_s: submission to admission of its
   jobs; job_mean_s and small_job_mean_s: completion of its jobs. fairness.queue_jain_index is
   Jain's index over the queues of min(1, share_mean / fair_share_mean).
