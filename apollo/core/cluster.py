@@ -15,18 +15,28 @@ import numpy as np
 NODE, RACK, REMOTE = 0, 1, 2
 LOCALITY_NAMES = ("node", "rack", "remote")
 
-_GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_S27, _S30, _S31, _S32 = np.uint64(27), np.uint64(30), np.uint64(31), np.uint64(32)
-_BLOCK_MUL = np.uint64(0x632BE59BD9B4E019)
+# (0-d uint64 arrays, not numpy scalars: an operation with a scalar converts it first, which
+# made up a third of a small job's replica placement)
+_GOLDEN, _MIX1, _MIX2 = (np.array(v, dtype=np.uint64) for v in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9,
+                                                                0x94D049BB133111EB))
+_S27, _S30, _S31, _S32 = (np.array(v, dtype=np.uint64) for v in (27, 30, 31, 32))
+_BLOCK_MUL = np.array(0x632BE59BD9B4E019, dtype=np.uint64)
 
 
 def _splitmix(x: np.ndarray) -> np.ndarray:
-    """SplitMix64 finaliser over a uint64 array: a cheap, well-mixed hash. (Array arithmetic
-    wraps silently; only numpy scalars warn on overflow. A job's start computes three.)"""
+    """SplitMix64 finaliser over a uint64 array: a cheap, well-mixed hash, into a new array.
+    (Array arithmetic wraps silently; only numpy scalars warn on overflow. A job's start
+    computes three; in place, as their allocations cost about what their arithmetic does.)"""
     x = x + _GOLDEN
-    x = (x ^ (x >> _S30)) * _MIX1
-    x = (x ^ (x >> _S27)) * _MIX2
-    return x ^ (x >> _S31)
+    t = x >> _S30
+    x ^= t
+    x *= _MIX1
+    np.right_shift(x, _S27, out=t)
+    x ^= t
+    x *= _MIX2
+    np.right_shift(x, _S31, out=t)
+    x ^= t
+    return x
 
 
 @dataclass
@@ -51,12 +61,13 @@ class Topology:
 
     def replicas(self, dataset: str, blocks: np.ndarray) -> np.ndarray:
         """int32[len(blocks), 3] server ids holding each block of ``dataset``."""
-        blocks = np.atleast_1d(np.asarray(blocks, dtype=np.uint64))   # arrays wrap; scalars would warn
-        base = np.uint64(zlib.crc32(dataset.encode()) * 0x100000001)
-        h1 = _splitmix(base ^ (blocks * _BLOCK_MUL))
+        blocks = np.asarray(blocks, dtype=np.uint64).reshape(-1)   # arrays wrap; scalars would warn
+        h1 = blocks * _BLOCK_MUL
+        h1 ^= np.array(zlib.crc32(dataset.encode()) * 0x100000001, dtype=np.uint64)
+        h1 = _splitmix(h1)
         h2 = _splitmix(h1)
         h3 = _splitmix(h2)
-        first = (h1 % np.uint64(self.servers)).astype(np.int64)
+        first = (h1 % np.array(self.servers, dtype=np.uint64)).astype(np.int64)
         out = np.empty((len(blocks), 3), dtype=np.int32)
         out[:, 0] = first
         if self.racks == 1:

@@ -22,7 +22,7 @@ class TaskState(IntEnum):
 
 S = TaskState
 
-TRANSITIONS: dict[tuple[TaskState, str], TaskState] = {
+TRANSITIONS: dict[tuple[int, str], TaskState] = {      # (keyed by int: a TaskState is one)
     (S.PENDING, "inputs_ready"): S.READY,
     (S.PENDING, "kill"): S.KILLED,
     (S.PENDING, "done_before"): S.DONE,    # finished under an earlier home of the job (a JM adopting it)
@@ -58,8 +58,9 @@ class AttemptKind(IntEnum):
 KIND_NAMES = {int(k): k.name.lower() for k in AttemptKind}
 
 
-class IllegalTransition(RuntimeError):
-    pass
+class IllegalTransition(Exception):
+    """A bug, not a runtime condition: an Exception, so that the CLI's one-line report of runtime
+    errors (RuntimeError) shows it with its traceback. (Compiled: mypyc subclasses Exception.)"""
 
 
 def step(state: int, event: str) -> TaskState:

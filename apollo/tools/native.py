@@ -42,7 +42,8 @@ from pathlib import Path
 
 # Compiled together (one mypyc group: calls between them are C calls).
 MODULES = ("apollo.core.clocks", "apollo.core.rows", "apollo.core.effects", "apollo.core.messages", "apollo.core.wire",
-           "apollo.core.records", "apollo.runtime.events", "apollo.runtime.sim", "pn.queue", "pn.state", "jm.attempts",
+           "apollo.core.records", "apollo.core.lifecycle", "apollo.core.cluster", "apollo.runtime.events",
+           "apollo.runtime.sim", "apollo.runtime.truth", "pn.queue", "pn.state", "jm.attempts",
            "jm.host", "jm.state", "jm.interest", "jm.report_rows", "jm.view", "rm.state", "jm.tasks", "jm.placement",
            "jm.watchdog", "jm.adoption", "jm.estimate", "jm.candidates", "jm.policies.pipeline", "jm.policies.batch",
            "jm.giveback", "pn.attempt", "pn.config",
@@ -50,7 +51,7 @@ MODULES = ("apollo.core.clocks", "apollo.core.rows", "apollo.core.effects", "apo
            "rm.give_back_asks", "rm.allocation_round", "rm.host_reports",
            "apollo.runtime.transport", "apollo.runtime.live")
 # The project modules those import: their sources are part of a build's identity too.
-DEPENDS = ("apollo.core.cluster", "apollo.core.lifecycle", "apollo.core.shapes", "apollo.core.spec",
+DEPENDS = ("apollo.core.shapes", "apollo.core.spec",
            "apollo.core.stragglers", "apollo.runtime.hugepages", "jm.stable_matching", "jm.policies",
            "jm.policies.opportunistic", "rm.clones", "rm.queues",
            "rm.sharing", "rm.store", "jm.config", "jm.policies.base",

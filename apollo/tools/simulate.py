@@ -12,6 +12,7 @@ from apollo.core.messages import JobAccepted, JobDone, JobQuery, SubmitJob
 from apollo.core.records import AttemptLog, Recorder
 from apollo.tools.report import build_report
 from apollo.runtime.sim import NetModel, SimRuntime
+from apollo.runtime.truth import TaskTruth
 from apollo.core.spec import Workload
 from apollo.core.stragglers import NONE as NO_STRAGGLERS, StragglerModel
 from jm.config import AttemptsConfig, DispatchConfig, JmConfig, PlacementConfig
@@ -80,30 +81,6 @@ class SimConfig:
     # 0: open arrivals.
     concurrent_jobs: int = 0
     check: bool = False              # every actor's validate() after every event (tests)
-
-
-class TaskTruth:
-    """What really happens to a task in the simulator: its modelled compute time on this
-    server (slow servers stretch it), plus start-up and input I/O at the locality it got."""
-
-    def __init__(self, cfg: SimConfig, topo: Topology) -> None:
-        rng = np.random.default_rng(cfg.seed + 7)
-        self.slow = np.where(rng.random(topo.servers) < cfg.slow_fraction, cfg.slow_factor, 1.0)
-        # By PN address; empty when no server is slow (the usual case: no lookup per task).
-        self.slow_at = {f"pn:{s}": f for s, f in enumerate(self.slow.tolist()) if f != 1.0}
-        self.io = cfg.io
-        self.init_s = cfg.io.init_s
-        self.bandwidth = cfg.io.bandwidths().tolist()          # by locality
-        self.fail_prob = cfg.fail_prob
-        self.rand = np.random.default_rng(cfg.seed + 11)
-
-    def __call__(self, address: str, task, locality: int, slowdown: float = 1.0) -> tuple[float, bool]:
-        # (io.io_time, inlined: this runs once per task attempt)
-        dur = task.duration_s * slowdown * (self.slow_at.get(address, 1.0) if self.slow_at else 1.0) + self.init_s \
-            + task.input_bytes / self.bandwidth[locality]
-        if self.fail_prob and self.rand.random() < self.fail_prob:
-            return dur * self.rand.random(), False
-        return dur, True
 
 
 @dataclass(frozen=True)
@@ -201,7 +178,8 @@ def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Cli
     find_profile(cfg.scheduler)      # an unknown name: a clear error before anything is built
     topo = Topology(cfg.servers, cfg.racks, cfg.cores, cfg.mem_gb)
     rec = Recorder(attempts=AttemptLog())
-    rt = SimRuntime(seed=cfg.seed, net=cfg.net, wire=cfg.wire, task_model=TaskTruth(cfg, topo), log_sink=rec,
+    rt = SimRuntime(seed=cfg.seed, net=cfg.net, wire=cfg.wire, log_sink=rec,
+                    task_model=TaskTruth(topo.servers, cfg.io, cfg.seed, cfg.slow_fraction, cfg.slow_factor, cfg.fail_prob),
                     check=cfg.check, keepalive_timeout_s=cfg.keepalive_timeout_s)
     repeat = cfg.repeat_after_s
     if repeat is None:
