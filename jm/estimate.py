@@ -115,7 +115,7 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
     (Written for few calls into numpy: a batch of one task, the common case at a job's start,
     pays numpy's per-call cost and not its per-element one.)"""
     # (no task reads input: start-up alone, the same floats as init_s + 0 / bandwidth per pair)
-    I: Any = io.init_s + in_bytes[:, None] / bandwidths(io)[loc] if np.count_nonzero(in_bytes) else io.init_s
+    I: Any = io.init_s + in_bytes[:, None] / bandwidths(io).take(loc) if np.count_nonzero(in_bytes) else io.init_s
     wait = view.matrices[cand, shape_idx[:, None]]      # (float32: the arithmetic below is float64)
     stamps = view.stamps[cand]
     elapsed = now - stamps

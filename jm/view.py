@@ -138,7 +138,7 @@ class ViewCache:
         if self.growing and not as_reported:
             # a growing reading's waits above zero never count down to "fits"
             elapsed = np.where(self.grows.take(servers) < 0.0, elapsed, 0.0)
-        free = self.free_of_fits[self._fits(servers, elapsed)]
+        free = self.free_of_fits.take(self._fits(servers, elapsed))
         if mine.any():
             free = free - np.where(mine, self.sent_cpu.take(servers), 0.0)
         return free, mine
@@ -206,7 +206,7 @@ class ViewCache:
         el = elapsed
         if self.growing:
             el = np.where(self.grows[cand] < 0.0, el, 0.0)   # (as _free_and_pending)
-        free = self.free_of_fits[self._fits(cand, el)] - self.sent_cpu[cand]
+        free = self.free_of_fits.take(self._fits(cand, el)) - self.sent_cpu[cand]
         np.add(W, self.sent_wait[cand], out=W, where=mine & (free < cpu[:, None] - 1e-9))
 
     def apply_view(self, v: ClusterView, now: float = 0.0) -> "np.ndarray | None":
