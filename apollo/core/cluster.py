@@ -21,6 +21,7 @@ _GOLDEN, _MIX1, _MIX2 = (np.array(v, dtype=np.uint64) for v in (0x9E3779B97F4A7C
                                                                 0x94D049BB133111EB))
 _S27, _S30, _S31, _S32 = (np.array(v, dtype=np.uint64) for v in (27, 30, 31, 32))
 _BLOCK_MUL = np.array(0x632BE59BD9B4E019, dtype=np.uint64)
+_ONE = np.array(1, dtype=np.uint64)
 
 
 def _splitmix(x: np.ndarray) -> np.ndarray:
@@ -54,6 +55,13 @@ class Topology:
         starts = np.searchsorted(self.rack_of, np.arange(self.racks + 1))
         self.rack_start = starts[:-1].astype(np.int64)
         self.rack_size = np.diff(starts).astype(np.int64)
+        # (replicas' columns, in uint64)
+        self._rack_of_u = self.rack_of.astype(np.uint64)
+        self._rack_start_u = self.rack_start.astype(np.uint64)
+        self._rack_size_u = self.rack_size.astype(np.uint64)
+        self._rack_size_m1_u = np.maximum(self.rack_size - 1, 1).astype(np.uint64)
+        self._racks_u = np.array(self.racks, dtype=np.uint64)
+        self._racks_m1_u = np.array(max(self.racks - 1, 1), dtype=np.uint64)
 
     @property
     def total_cores(self) -> float:
@@ -67,23 +75,34 @@ class Topology:
         h1 = _splitmix(h1)
         h2 = _splitmix(h1)
         h3 = _splitmix(h2)
-        first = (h1 % np.array(self.servers, dtype=np.uint64)).astype(np.int64)
+        first = h1 % np.array(self.servers, dtype=np.uint64)
         out = np.empty((len(blocks), 3), dtype=np.int32)
         out[:, 0] = first
         if self.racks == 1:
             # One rack: three distinct servers where possible.
             n = self.servers
+            first = first.astype(np.int64)
             out[:, 1] = (first + 1 + (h2 % np.uint64(max(n - 1, 1))).astype(np.int64)) % n
             out[:, 2] = (first + 1 + (h3 % np.uint64(max(n - 1, 1))).astype(np.int64)) % n
             return out
-        rack1 = self.rack_of[first]
-        other = (rack1 + 1 + (h2 % np.uint64(self.racks - 1)).astype(np.int64)) % self.racks
-        size = self.rack_size[other]
-        start = self.rack_start[other]
-        a = (h3 % size.astype(np.uint64)).astype(np.int64)
-        b = (a + 1 + ((h3 >> _S32) % np.maximum(size - 1, 1).astype(np.uint64)).astype(np.int64)) % size
-        out[:, 1] = start + a
-        out[:, 2] = start + b
+        # (in uint64 throughout, in place, from per-rack columns made once: every value is below
+        # 2**63, so these are the int64 figures, with a third fewer numpy calls per job)
+        rack1 = self._rack_of_u[first]
+        other = h2 % self._racks_m1_u
+        other += rack1
+        other += _ONE
+        other %= self._racks_u
+        size = self._rack_size_u[other]
+        a = h3 % size
+        b = (h3 >> _S32) % self._rack_size_m1_u[other]
+        b += a
+        b += _ONE
+        b %= size
+        start = self._rack_start_u[other]
+        a += start
+        b += start
+        out[:, 1] = a
+        out[:, 2] = b
         return out
 
 
