@@ -15,10 +15,9 @@ class TaskTruth:
     def __init__(self, servers: int, io: IoModel, seed: int, slow_fraction: float = 0.0,
                  slow_factor: float = 1.0, fail_prob: float = 0.0) -> None:
         rng = np.random.default_rng(seed + 7)
-        self.slow: Any = np.where(rng.random(servers) < slow_fraction, slow_factor, 1.0)
+        slow = np.where(rng.random(servers) < slow_fraction, slow_factor, 1.0).tolist()
         # By PN address; empty when no server is slow (the usual case: no lookup per task).
-        self.slow_at: dict[str, float] = {f"pn:{s}": f for s, f in enumerate(self.slow.tolist()) if f != 1.0}
-        self.io = io
+        self.slow_at: dict[str, float] = {f"pn:{s}": f for s, f in enumerate(slow) if f != 1.0}
         self.init_s = io.init_s
         self.bandwidth: list[float] = io.bandwidths().tolist()          # by locality
         self.fail_prob = fail_prob
