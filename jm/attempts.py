@@ -44,6 +44,7 @@ from apollo.core.effects import Log, Send, SetTimer
 from apollo.core.lifecycle import TaskState, step
 from apollo.core.cluster import NODE, REMOTE, locality_of
 from apollo.core.messages import Dispatch, KillTask, TaskReport, TaskSpec, UpgradeTask
+from apollo.core.nonzero import count_nonzero
 
 from .config import JmConfig
 from .stable_matching import UNMATCHED
@@ -642,7 +643,7 @@ class Attempts:
         """Whether tasks of this job wait in queues (as their PNs said) while the view shows an
         idle server: fresh information that may make one of them worth moving (a duplicate)."""
         return self.corrections and self.cfg.attempts.dup_factor > 0 and self.view.has_idle(now) and \
-            bool(self.tasks.waiting.any())
+            bool(count_nonzero(self.tasks.waiting))
 
     def duplicates_for_idle(self, now: float, rng: Any, out: list) -> None:
         """The view shows idle servers while tasks wait in queues: the longest waiting first, no

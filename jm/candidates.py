@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from apollo.core.cluster import Topology
+from apollo.core.nonzero import count_nonzero
 
 
 @functools.lru_cache(maxsize=None)
@@ -50,7 +51,7 @@ def candidate_rows(reps: np.ndarray, topo: Topology, lightly_loaded: np.ndarray,
     # Servers in the replicas' racks (random members); tasks with no input get random servers
     # (drawn only if some task has none: a task's replicas are all servers or all -1).
     has: Any = None if no_replicas else reps >= 0
-    readers = 0 if has is None else np.count_nonzero(has)
+    readers = 0 if has is None else count_nonzero(has)
     if readers:
         rep_cols = reps[:, _repeat_columns(w, per_rack)]      # each replica, per_rack times
         start, size = _rack_spans(topo)

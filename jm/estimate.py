@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from apollo.core.cluster import REMOTE, IoModel
+from apollo.core.nonzero import count_nonzero
 
 from .view import IN_FLIGHT_S
 
@@ -85,9 +86,12 @@ _ONE_SHOT_ELEMENTS = 256
 def localities(cand: np.ndarray, reps: np.ndarray, rack_of: np.ndarray, no_replicas: bool = False) -> np.ndarray:
     """uint8[B, K]: NODE/RACK/REMOTE of each candidate for each task (a task's replicas are all
     servers, or all -1: it reads no input)."""
-    if no_replicas or not np.count_nonzero(reps + 1):
+    if no_replicas or not count_nonzero(reps + 1):
         return _all_remote(cand.shape)     # no task reads input
-    cand_rack, rep_rack = rack_of[cand], rack_or_none(rack_of)[reps]
+    # (both sides int64, from the one padded copy: rack_of is int32, and comparing int32 with
+    # int64 casts every element)
+    racks = rack_or_none(rack_of)
+    cand_rack, rep_rack = racks.take(cand), racks.take(reps)
     if cand.size * reps.shape[1] <= _ONE_SHOT_ELEMENTS:
         # Every replica column against every candidate at once: a small batch pays numpy per
         # call, not per element.
@@ -115,7 +119,7 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
     (Written for few calls into numpy: a batch of one task, the common case at a job's start,
     pays numpy's per-call cost and not its per-element one.)"""
     # (no task reads input: start-up alone, the same floats as init_s + 0 / bandwidth per pair)
-    I: Any = io.init_s + in_bytes[:, None] / bandwidths(io).take(loc) if np.count_nonzero(in_bytes) else io.init_s
+    I: Any = io.init_s + in_bytes[:, None] / bandwidths(io).take(loc) if count_nonzero(in_bytes) else io.init_s
     wait = view.matrices[cand, shape_idx[:, None]]      # (float32: the arithmetic below is float64)
     stamps = view.stamps[cand]
     elapsed = now - stamps
@@ -126,7 +130,7 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
     if view.growing:
         g = view.grows[cand]
         up = g >= 0.0
-        if np.count_nonzero(up):
+        if count_nonzero(up):
             drained = np.where(up, np.where(wait > 0.0, wait + g * clock, 0.0), drained)
     # PNs report on change, so a quiet server's reading stays right; what is uncertain is the
     # time since anyone vouched for it: the RM's last view, or a newer piggybacked reading:
@@ -136,7 +140,7 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
     W = drained + cfg.stale_penalty * age
     # Work this host sent after the server's last reading (none: the common case, nothing added)
     mine = stamps <= view.sent_at[cand] + IN_FLIGHT_S
-    if np.count_nonzero(mine):
+    if count_nonzero(mine):
         view.add_pending_wait(W, cand, cpu, elapsed, mine)
     E = I + W + runtime[:, None]
     p_fail: Any = cfg.failure_prior if fail_rate is None else np.maximum(fail_rate[cand], cfg.failure_prior)

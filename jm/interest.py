@@ -24,6 +24,8 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
+from apollo.core.nonzero import count_nonzero
+
 INF = float("inf")
 
 
@@ -69,7 +71,7 @@ class ViewInterest:
                 wanting.add(job_id)
             else:
                 wanting.discard(job_id)
-            if self.dups and jm.tasks.waiting.any():
+            if self.dups and count_nonzero(jm.tasks.waiting):
                 queued.add(job_id)
             else:
                 queued.discard(job_id)

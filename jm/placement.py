@@ -16,6 +16,7 @@ import numpy as np
 from apollo.core.cluster import locality_of
 from apollo.core.effects import Log, Send, SetTimer
 from apollo.core.messages import Dispatch, TaskSpec
+from apollo.core.nonzero import count_nonzero
 
 from .config import JmConfig
 from .stable_matching import UNMATCHED
@@ -60,18 +61,18 @@ def _each(x: Any) -> list:
 
 def _least(x: Any) -> float:
     """float(x.min()) of an array, or the number ``x`` (one task's); one element is read, not
-    reduced (the same number)."""
+    reduced (the same number). (The ufunc's reduce: ndarray.min runs a Python wrapper first)"""
     if type(x) is float:
         return x
-    return x.item(0) if len(x) == 1 else float(x.min())
+    return x.item(0) if len(x) == 1 else float(np.minimum.reduce(x))
 
 
 def _total(x: Any) -> float:
     """float(x.sum()) of an array, or the number ``x`` (one task's); one element is read, not
-    reduced (the same number)."""
+    reduced (the same number). (The ufunc's reduce, as ndarray.sum's wrapper calls it)"""
     if type(x) is float:
         return x
-    return x.item(0) if len(x) == 1 else float(x.sum())
+    return x.item(0) if len(x) == 1 else float(np.add.reduce(x))
 
 
 class Placement:
@@ -148,7 +149,7 @@ class Placement:
             ids = np.array(batch, dtype=np.int64)
             servers, wait, where = self.place(ids, now, rng)
             ok = servers != UNMATCHED
-            n_ok = np.count_nonzero(ok)
+            n_ok = count_nonzero(ok)
             if not n_ok:
                 tk.push_back(batch)
                 blocked = True
@@ -370,7 +371,7 @@ class Placement:
             est_rt = np.empty(n)
             for i, sti in enumerate(stages):
                 mk = sidx == i
-                if mk.any():
+                if count_nonzero(mk):
                     est_rt[mk] = sti.est_runtime + cfg.io.init_s + sti.in_bytes[ids[mk] - sti.offset] / tk.bw[where[mk]]
         self.view.record_dispatches(to, est_rt * c / cores, c, now)
         tk.est_sent[at] = est_rt

@@ -25,6 +25,7 @@ import numpy as np
 from apollo.core.effects import Log, Send, SetTimer, Timer
 from apollo.core.messages import (CancelJob, Holding, JobDemand, JobDone, KillTask, ReclaimTokens, StatusBatch, TaskReport,
                              TaskSpec, TokenGrant, YieldJob)
+from apollo.core.nonzero import count_nonzero
 from apollo.core.spec import JobSpec
 
 from .adoption import Adoption
@@ -442,7 +443,7 @@ class JmState:
             gb.sync_yield(now, out)
         if (not tk.has_ready() and not tk.outstanding_opp) or self.adoption.adopting:
             return
-        if tk.opp_active and tk.waiting.any():
+        if tk.opp_active and count_nonzero(tk.waiting):
             gb.swap_queued_for_running(out)
         if tk.outstanding_opp > 0 and tk.tokens - tk.used_tokens >= 1:
             self.attempts.upgrade(now, out)

@@ -18,6 +18,7 @@ from apollo.core.cluster import REMOTE
 from apollo.core.effects import Log
 from apollo.core.lifecycle import AttemptKind, TaskState, step
 from apollo.core.messages import TaskSpec
+from apollo.core.nonzero import count_nonzero
 from apollo.core.spec import JobSpec, stage_identity
 
 from .config import JmConfig
@@ -56,7 +57,12 @@ def filled(n: int, value: Any) -> np.ndarray:
     array per (size, value), made once (a batch of one task asks several times per pass, and
     jobs of one shape ask the same), without numpy's per-call cost."""
     if not 0 < n <= 16:
-        return np.full(n, value)
+        dtype = _DTYPE_OF.get(type(value))
+        if dtype is None:
+            return np.full(n, value)
+        block = np.empty(n, dtype=dtype)     # (np.full's own steps, without its Python wrapper)
+        block.fill(value)
+        return block
     key = (n, type(value), value)
     got = _FILLED.get(key)
     if got is None:
@@ -68,6 +74,7 @@ def filled(n: int, value: Any) -> np.ndarray:
 
 
 _FILLED: dict[tuple, np.ndarray] = {}
+_DTYPE_OF: dict[type, Any] = {float: np.float64, int: np.int64, bool: np.bool_}    # np.full's, of a Python number
 
 
 _BLANK: dict[int, tuple] = {}
@@ -262,7 +269,7 @@ class TaskTable:
     def move_many(self, ids: np.ndarray, frm: int, event: str) -> None:
         """Tasks ``ids``, each in state ``frm`` (else IllegalTransition), all take ``event``."""
         cur = self.state[ids]
-        if (cur != frm).any():
+        if count_nonzero(cur != frm):
             step(int(cur[np.flatnonzero(cur != frm)[0]]), event)     # raises IllegalTransition
         self.state[ids] = int(step(frm, event))
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from apollo.core.clocks import Offsets
 from apollo.core.messages import ClusterView
+from apollo.core.nonzero import count_nonzero
 from apollo.core.rows import RowWriter
 from apollo.core.shapes import GRID, ShapeGrid
 
@@ -106,7 +107,7 @@ class ViewCache:
                 sent_at[s] = now
             return
         fresh = self.sent_at[servers] + IN_FLIGHT_S < self.stamps[servers]   # a reading that shows our sends
-        if fresh.any():
+        if count_nonzero(fresh):
             self.sent_wait[servers[fresh]] = 0.0
             self.sent_cpu[servers[fresh]] = 0.0
         np.add.at(self.sent_wait, servers, wait_s)
@@ -139,7 +140,7 @@ class ViewCache:
             # a growing reading's waits above zero never count down to "fits"
             elapsed = np.where(self.grows.take(servers) < 0.0, elapsed, 0.0)
         free = self.free_of_fits.take(self._fits(servers, elapsed))
-        if mine.any():
+        if count_nonzero(mine):
             free = free - np.where(mine, self.sent_cpu.take(servers), 0.0)
         return free, mine
 
@@ -232,7 +233,7 @@ class ViewCache:
         if k:
             stamps = v.stamps + shift
             newer = stamps > self.stamps[rows]
-            if newer.any():
+            if count_nonzero(newer):
                 r = rows[newer]
                 self.matrices[r] = v.matrices.reshape(k, shapes)[newer]
                 self.stamps[r] = stamps[newer]
@@ -262,9 +263,9 @@ class ViewCache:
 
     def _set_grows(self, rows, grows) -> None:
         """Rows ``rows`` now move by ``grows`` (keeping the count of growing rows)."""
-        was = int(np.count_nonzero(self.grows[rows] >= 0.0))
+        was = int(count_nonzero(self.grows[rows] >= 0.0))
         self.grows[rows] = grows
-        self.growing += int(np.count_nonzero(self.grows[rows] >= 0.0)) - was
+        self.growing += int(count_nonzero(self.grows[rows] >= 0.0)) - was
 
     def apply_row(self, server: int, matrix: "np.ndarray | list[float]", time: float, sent: float = -1.0, now: float = 0.0,
                   grow: float = -1.0) -> None:

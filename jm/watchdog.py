@@ -15,6 +15,7 @@ import numpy as np
 
 from apollo.core.effects import Send
 from apollo.core.messages import ProbeTask
+from apollo.core.nonzero import count_nonzero
 
 from .config import JmConfig
 from .tasks import DISPATCHED, RUNNING, TaskTable, pn_address
@@ -84,7 +85,7 @@ class Watchdog:
         for t in act[late_probe].tolist():
             out.append(Send(pn_address(int(tk.server[t])), ProbeTask(tk.job_id, t, int(tk.attempt[t]), cfg.host)))
         tk.last_heard[act[late_probe]] = now
-        if late_check.any():
+        if count_nonzero(late_check):
             self.probe_stragglers(act[late_check], out)
         tk.queued_seen[act[late_dup]] = False         # one look per attempt
         rest = ~late_dup
@@ -93,6 +94,6 @@ class Watchdog:
         # duplicate trigger fires now may still go silent)
         nxt = np.minimum(np.minimum(dup_due[rest], tk.check_t[act[rest]]), silent[rest])
         self.watch_at = min(float(nxt.min()) if len(nxt) else np.inf,
-                            float(silent[late_dup].min()) if late_dup.any() else np.inf)
+                            float(silent[late_dup].min()) if count_nonzero(late_dup) else np.inf)
         return act[late_dup].tolist()
 

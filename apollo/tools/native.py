@@ -51,7 +51,7 @@ MODULES = ("apollo.core.clocks", "apollo.core.rows", "apollo.core.effects", "apo
            "rm.give_back_asks", "rm.allocation_round", "rm.host_reports",
            "apollo.runtime.transport", "apollo.runtime.live")
 # The project modules those import: their sources are part of a build's identity too.
-DEPENDS = ("apollo.core.shapes", "apollo.core.spec",
+DEPENDS = ("apollo.core.nonzero", "apollo.core.shapes", "apollo.core.spec",
            "apollo.core.stragglers", "apollo.runtime.hugepages", "jm.stable_matching", "jm.policies",
            "jm.policies.opportunistic", "rm.clones", "rm.queues",
            "rm.sharing", "rm.store", "jm.config", "jm.policies.base",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from apollo.core.cluster import REMOTE
+from apollo.core.nonzero import count_nonzero
 
 from .. import estimate as est
 from ..stable_matching import UNMATCHED
@@ -58,7 +59,7 @@ def place(b: Batch, profile, states, fail_rate, rng):
         wait = np.zeros(B)
         where = np.full(B, REMOTE)
         ok = srv != UNMATCHED
-        if ok.any():
+        if count_nonzero(ok):
             k = (b.cand[ok] == srv[ok, None]).argmax(axis=1)
             wait[ok] = b.W[ok, k]
             where[ok] = b.loc[ok, k]
@@ -79,7 +80,7 @@ def _apply(b: Batch, cut: Cut) -> None:
     col = b.E if cut.column == "E" else b.loc
     lim = cut.limit
     worse = col > (lim[:, None] if isinstance(lim, np.ndarray) and lim.ndim else lim)
-    if not np.count_nonzero(worse) or (cut.only_if is not None and not cut.only_if()):
+    if not count_nonzero(worse) or (cut.only_if is not None and not cut.only_if()):
         return
     if b.C is not None:
         b.C[worse] = np.inf
