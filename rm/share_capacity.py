@@ -6,9 +6,11 @@ from the users holding more than their allocation."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
+
+from apollo.core.compiled import mypyc_attr
 
 from .queue_order import split_in_queue, user_floors
 from .share_kind import SharingKind
@@ -64,17 +66,18 @@ def capacity_shares(tree: QueueTree, capacity: float, leaf_demand: dict[str, flo
     return sum_up(tree, share)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CapacitySharing(SharingKind):
     """HADOOP-3445 queues: guarantees, lending within limits, reclaim within a timeout."""
-    name = "capacity"
-    default_order = "fifo"          # capacity queues run their jobs FIFO
+    name: ClassVar[str] = "capacity"
+    default_order: ClassVar[str] = "fifo"          # capacity queues run their jobs FIFO
 
     def __init__(self, tree: QueueTree) -> None:
         super().__init__(tree)
         self._since: dict[str, float] = {}               # leaf -> below its guarantee since
         self._user_since: dict[tuple[str, str], float] = {}     # (leaf, user) -> below its floor since
 
-    def shares(self, capacity, leaf_demand):
+    def shares(self, capacity: float, leaf_demand: dict[str, float]) -> dict[str, float]:
         return capacity_shares(self.tree, capacity, leaf_demand)
 
     def owed(self, r: Round) -> Owed:
@@ -118,7 +121,8 @@ class CapacitySharing(SharingKind):
         since: dict[tuple[str, str], float] = {}
         now, users, U = r.now, r.user, len(r.user_names)
         for li, q in enumerate(self._leaves):
-            if not self.users_reclaim(q):
+            timeout = q.reclaim_timeout_s
+            if timeout is None or not self.users_reclaim(q):
                 continue
             m = np.flatnonzero(r.admitted & (r.leaf == li))
             if m.size == 0:
@@ -134,7 +138,7 @@ class CapacitySharing(SharingKind):
                     continue
                 key = (q.path, r.user_names[u])
                 start = since[key] = self._user_since.get(key, now)
-                within = max(0.0, start + q.reclaim_timeout_s - now)
+                within = max(0.0, start + timeout - now)
                 out.asks.append(Ask(short, within, li, u))
                 if within > EPS:
                     out.next_run_s = sooner(out.next_run_s, within)
@@ -144,7 +148,7 @@ class CapacitySharing(SharingKind):
         # Only leaves running on borrowed capacity give back, never below their guarantee.
         return max(share, limits.guarantee)
 
-    def over(self, r):
+    def over(self, r: Round) -> list[tuple[int, float]]:
         # The one most over its guarantee first.
         out = []
         for li, q in enumerate(self._leaves):
@@ -154,7 +158,7 @@ class CapacitySharing(SharingKind):
                 out.append((li, ex, h - g))
         return [(li, ex) for li, ex, _ in sorted(out, key=lambda e: (-e[2], e[0]))]
 
-    def victim_order(self, r, idx):
+    def victim_order(self, r: Round, idx: np.ndarray) -> np.ndarray:
         # Most recently submitted first (the JM kills its most recently started tasks).
         return np.lexsort((-r.rank[idx], -r.submitted_at[idx]))
 

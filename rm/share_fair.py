@@ -3,9 +3,11 @@ starved of its min share for Tmin, or of half its fair share for Tfair, gets tas
 the pools above their fair share."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
+
+from apollo.core.compiled import mypyc_attr
 
 from .share_kind import SharingKind
 from .share_math import EPS, sum_up, water_fill
@@ -39,16 +41,17 @@ def fair_shares(tree: QueueTree, capacity: float, leaf_demand: dict[str, float])
     return sum_up(tree, share)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FairSharing(SharingKind):
     """HFS pools: min shares first, then weighted max-min; kills after Tmin / Tfair."""
-    name = "fair"
-    default_order = "fair"          # HFS pools share among their jobs fairly
+    name: ClassVar[str] = "fair"
+    default_order: ClassVar[str] = "fair"          # HFS pools share among their jobs fairly
 
     def __init__(self, tree: QueueTree) -> None:
         super().__init__(tree)
         self._since: dict[tuple[str, str], float] = {}   # (leaf, "min"|"fair") -> starved since
 
-    def shares(self, capacity, leaf_demand):
+    def shares(self, capacity: float, leaf_demand: dict[str, float]) -> dict[str, float]:
         return fair_shares(self.tree, capacity, leaf_demand)
 
     def owed(self, r: Round) -> Owed:
@@ -84,6 +87,6 @@ class FairSharing(SharingKind):
 
     # over: the default, never a leaf at or below its fair share; the one most over it first.
 
-    def victim_order(self, r, idx):
+    def victim_order(self, r: Round, idx: np.ndarray) -> np.ndarray:
         # Lowest priority first, then the most recently submitted.
         return np.lexsort((-r.rank[idx], r.priority[idx]))

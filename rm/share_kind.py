@@ -18,9 +18,11 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
+
+from apollo.core.compiled import mypyc_attr
 
 from .give_back import take_back
 from .queue_order import ORDERS, runs_without_token, split_leaf
@@ -33,9 +35,10 @@ if TYPE_CHECKING:
 
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)     # (users add kinds in plain Python)
 class SharingKind:
-    name = "base"
-    default_order = "fair"          # the order of a queue file's queues that name none
+    name: ClassVar[str] = "base"
+    default_order: ClassVar[str] = "fair"          # the order of a queue file's queues that name none
 
     def __init__(self, tree: QueueTree) -> None:
         self.tree = tree

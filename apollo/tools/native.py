@@ -49,16 +49,20 @@ MODULES = ("apollo.core.clocks", "apollo.core.rows", "apollo.core.effects", "apo
            "jm.giveback", "pn.attempt", "pn.config",
            "rm.jobs", "rm.cluster_load", "rm.token_messages", "rm.jm_homes", "rm.queue_limits", "rm.admission",
            "rm.give_back_asks", "rm.allocation_round", "rm.host_reports",
-           "apollo.runtime.transport", "apollo.runtime.live")
+           "apollo.runtime.transport", "apollo.runtime.live",
+           # the sharing plane's round (a queue order stays interpreted: a compiled class's class
+           # attributes are not a plain subclass's to override)
+           "rm.share_kind", "rm.share_fair", "rm.share_capacity", "rm.share_math", "rm.exact_sum",
+           "rm.snapshot_columns", "rm.give_back")
 # The project modules those import: their sources are part of a build's identity too.
-DEPENDS = ("apollo.core.nonzero", "apollo.core.shapes", "apollo.core.spec",
+DEPENDS = ("apollo.core.compiled", "apollo.core.nonzero", "apollo.core.shapes", "apollo.core.spec",
            "apollo.core.stragglers", "apollo.runtime.hugepages", "jm.stable_matching", "jm.policies",
            "jm.policies.opportunistic", "rm.clones", "rm.queues",
            "rm.sharing", "rm.store", "jm.config", "jm.policies.base",
            "jm.policies.deferral", "jm.policies.delay", "jm.policies.gate", "jm.policies.matchers",
-           "jm.policies.offers", "jm.policies.sparrow", "rm.give_back", "rm.queue_order", "rm.share_capacity",
-           "rm.share_fair", "rm.share_kind", "rm.share_math", "rm.sharing_types", "rm.exact_sum",
-           "rm.snapshot_columns", "apollo.runtime.executor")
+           "jm.policies.offers", "jm.policies.sparrow",
+           "rm.sharing_types", "rm.queue_order",
+           "apollo.runtime.executor")
 # Error codes the checker is told to ignore: none. Types are checked throughout: a compiled
 # function called with the wrong type from compiled code is not checked at run time (a tuple
 # passed for a list[...] crashed the process).
