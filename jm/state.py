@@ -18,6 +18,7 @@ checks the invariants between stimuli. The parts:
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -108,7 +109,7 @@ class JmState:
         that starts at once only when it ends, so a JM cannot tell a running attempt from a
         queued one."""
         tk = self.tasks
-        return tk.demand(), int(np.ceil(tk.used_tokens / tk.max_depth() - 1e-9))
+        return tk.demand(), math.ceil(tk.used_tokens / tk.max_depth() - 1e-9)     # (a float's: not numpy's)
 
     def wants_view(self, now: float) -> bool:
         """Whether a new cluster view gives this JM anything to do (it has tasks waiting to be

@@ -352,11 +352,19 @@ class TaskTable:
 
     def max_depth(self) -> int:
         """Attempts one token may have out (pipelined short tasks: several, queued behind it)."""
-        return max((self.depth(st) for st in self.stages), default=1)
+        d = 1      # (a loop: compiled, a generator is an object made per call)
+        for st in self.stages:
+            k = self.depth(st)
+            if k > d:
+                d = k
+        return d
 
     def demand(self) -> int:
         """CPUs this job could use now: ready plus outstanding tasks."""
-        ready = sum(len(st.ready) * st.spec.cpu for st in self.stages)
+        ready = 0.0
+        for st in self.stages:
+            if st.ready:
+                ready += len(st.ready) * st.spec.cpu
         return int(round(ready + self.used_tokens + self.outstanding_opp))
 
     def free_slot(self, t: int, cpu: float) -> bool:
