@@ -113,9 +113,9 @@ class Placement:
         placed_total = 0
         blocked = False
         depth = 1
-        for st in tk.stages:       # (the deepest ready stage's; a loop, not a generator object)
-            if st.ready:
-                depth = max(depth, tk.depth(st))
+        for stage in tk.stages:       # (the deepest ready stage's; a loop, not a generator object)
+            if stage.ready:
+                depth = max(depth, tk.depth(stage))
         if depth > 1 and tk.used_tokens > tk.tokens * depth / 2 and not tk.outstanding_opp:
             # Pipelined short tasks: refill once half the pipeline has drained, not after every
             # report. The servers still hold half of it queued meanwhile, so none goes idle,

@@ -53,7 +53,7 @@ MODULES = ("apollo.core.clocks", "apollo.core.rows", "apollo.core.effects", "apo
            # the sharing plane's round (a queue order stays interpreted: a compiled class's class
            # attributes are not a plain subclass's to override)
            "rm.share_kind", "rm.share_fair", "rm.share_capacity", "rm.share_math", "rm.exact_sum",
-           "rm.snapshot_columns", "rm.give_back")
+           "rm.snapshot_columns", "rm.give_back", "rm.sharing_types")
 # The project modules those import: their sources are part of a build's identity too.
 DEPENDS = ("apollo.core.compiled", "apollo.core.nonzero", "apollo.core.shapes", "apollo.core.spec",
            "apollo.core.stragglers", "apollo.runtime.hugepages", "jm.stable_matching", "jm.policies",
@@ -61,7 +61,7 @@ DEPENDS = ("apollo.core.compiled", "apollo.core.nonzero", "apollo.core.shapes", 
            "rm.sharing", "rm.store", "jm.config", "jm.policies.base",
            "jm.policies.deferral", "jm.policies.delay", "jm.policies.gate", "jm.policies.matchers",
            "jm.policies.offers", "jm.policies.sparrow",
-           "rm.sharing_types", "rm.queue_order",
+           "rm.queue_order",
            "apollo.runtime.executor")
 # Error codes the checker is told to ignore: none. Types are checked throughout: a compiled
 # function called with the wrong type from compiled code is not checked at run time (a tuple
