@@ -2,7 +2,8 @@
 mypy (and with it mypy_extensions) is not installed: only a build reads it.
 
 A compiled class that the project's extension points invite users to subclass in plain Python
-(a sharing kind, a queue order) says so with ``@mypyc_attr(allow_interpreted_subclasses=True)``.
+(a sharing kind) says so with ``@mypyc_attr(allow_interpreted_subclasses=True)``; the class
+attributes such a subclass overrides must be ``ClassVar``s (docs/native.md).
 """
 from __future__ import annotations
 
