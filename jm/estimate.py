@@ -18,7 +18,7 @@ import numpy as np
 from apollo.core.cluster import REMOTE, IoModel
 from apollo.core.nonzero import count_nonzero
 
-from .view import IN_FLIGHT_S
+from .view import IN_FLIGHT_S, ViewCache
 
 
 @dataclass(slots=True)
@@ -111,7 +111,7 @@ def localities(cand: np.ndarray, reps: np.ndarray, rack_of: np.ndarray, no_repli
 
 
 def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.ndarray,
-          shape_idx: np.ndarray, cpu: np.ndarray, now: float, view, fail_rate: np.ndarray | None, io: IoModel,
+          shape_idx: np.ndarray, cpu: np.ndarray, now: float, view: ViewCache, fail_rate: np.ndarray | None, io: IoModel,
           cfg: EstimateConfig, rng, valid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(C, E, W) float[B, K] for candidate matrix ``cand``; entries of C that are no choice (a
     dead server, a shape it never fits, a candidate not ``valid``) are inf.
@@ -149,8 +149,7 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
         C += rng.random(C.shape) * cfg.tie_noise_s
     # No choice (inf): dead, or a shape it never fits, or not a valid candidate. (C is this
     # call's own array: written in place)
-    bad = view.alive[cand] <= (wait >= 1e8)
-    if valid is not None:
-        bad |= ~valid
+    # (dead or not valid, or never fits: ~(alive & valid) | never, as one comparison)
+    bad = (view.alive[cand] if valid is None else view.alive[cand] & valid) <= (wait >= 1e8)
     np.putmask(C, bad, np.inf)
     return C, E, W
