@@ -1,7 +1,7 @@
 """The simulator's event queue: a calendar of fixed-width time buckets.
 
-Entries are tuples ordered by ``(time, seq)``, popped in exactly the order a
-binary heap would give. A heap of a 20,000-server run holds ~100,000 entries
+Entries are tuples ordered by ``(time, seq)``, pushed in increasing ``seq``, and popped in
+exactly the order a binary heap would give. A heap of a 20,000-server run holds ~100,000 entries
 and each pop walks ~17 levels of them scattered over memory; here a push
 appends to its bucket's list and the buckets are sorted one at a time as
 time reaches them, so pops walk one small list. Entries for the bucket being
@@ -10,8 +10,11 @@ drained (a message sent less than a bucket width ahead) are inserted in order.
 from __future__ import annotations
 
 import heapq
+from operator import itemgetter
+from typing import Final
 
 FAR = 1 << 62      # the bucket of times too large to bucket (never, for practical purposes)
+_TIME: Final = itemgetter(0)
 
 
 class EventQueue:
@@ -49,7 +52,10 @@ class EventQueue:
             return False
         b = heapq.heappop(self.order)
         lst = self.buckets.pop(b)
-        lst.sort()
+        # Entries are pushed in ``seq`` order (the simulator numbers them as it pushes them), so
+        # a bucket's list is in seq order, and a stable sort by time alone puts it in (time,
+        # seq) order: float keys compare at a third of what whole tuples cost.
+        lst.sort(key=_TIME)
         self.cur, self.pos, self.cur_bucket = lst, 0, b
         return True
 
