@@ -36,7 +36,7 @@ opportunistic allowance) instead of the task being placed again.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -54,9 +54,15 @@ from .tasks import CLONE, COPY, DISPATCHED, DONE, DUPLICATE, READY, RUNNING, Sta
 from .watchdog import Watchdog
 
 S = TaskState
-HOLD_NONE, HOLD_TOKEN, HOLD_CLONE, HOLD_OPP = 0, 1, 2, 3
-NO_NEWS, NEWS, WON = 0, 1, 2    # what a report of an extra attempt means (on_extra_report)
-EXTRA_BIT = 0x8000     # extra attempts are numbered apart from first ones (generation << 16 above)
+HOLD_NONE: Final = 0
+HOLD_TOKEN: Final = 1
+HOLD_CLONE: Final = 2
+HOLD_OPP: Final = 3
+# what a report of an extra attempt means (on_extra_report)
+NO_NEWS: Final = 0
+NEWS: Final = 1
+WON: Final = 2
+EXTRA_BIT: Final = 0x8000     # extra attempts are numbered apart from first ones (generation << 16 above)
 
 
 class Extra:

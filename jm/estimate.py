@@ -11,7 +11,7 @@ plus a tiny random term so that JMs do not all break ties the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -80,7 +80,7 @@ _ALL_REMOTE: dict[tuple, np.ndarray] = {}
 
 # Up to this many candidate x replica pairs, localities compares them all in one step (measured
 # crossover ~300: below it the fewer numpy calls win, above it the per-element cost does).
-_ONE_SHOT_ELEMENTS = 256
+_ONE_SHOT_ELEMENTS: Final = 256
 
 
 def localities(cand: np.ndarray, reps: np.ndarray, rack_of: np.ndarray, no_replicas: bool = False) -> np.ndarray:

@@ -10,6 +10,8 @@ running one upgraded).
 """
 from __future__ import annotations
 
+from typing import Final
+
 import numpy as np
 
 from apollo.core.effects import Log, Send
@@ -18,7 +20,7 @@ from apollo.core.messages import DemoteTask, ReclaimTokens, YieldJob
 from .attempts import Attempts
 from .tasks import DISPATCHED, INF, RUNNING, TaskTable, pn_address
 
-KEEP_ALL = 2 ** 31 - 1      # ReclaimTokens.keep of a give-back called off
+KEEP_ALL: Final = 2 ** 31 - 1      # ReclaimTokens.keep of a give-back called off
 
 
 class GiveBack:

@@ -22,11 +22,11 @@ there (``ViewCache.look_for_idle``: made from the view as it was then, when firs
 from __future__ import annotations
 
 import heapq
-from typing import Any
+from typing import Any, Final
 
 from apollo.core.nonzero import count_nonzero
 
-INF = float("inf")
+INF: Final = float("inf")
 
 
 class ViewInterest:

@@ -10,7 +10,7 @@ read and write these columns; the table itself decides nothing.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -25,12 +25,21 @@ from .config import JmConfig
 from .estimate import bandwidths
 
 S = TaskState
-# Plain ints for the hot paths (enum attribute access is slow); same values as TaskState.
-PENDING, READY, DISPATCHED, RUNNING, DONE, FAILED, KILLED = (
-    int(S.PENDING), int(S.READY), int(S.DISPATCHED), int(S.RUNNING), int(S.DONE), int(S.FAILED), int(S.KILLED))
-DUPLICATE, COPY, CLONE = int(AttemptKind.DUPLICATE), int(AttemptKind.COPY), int(AttemptKind.CLONE)
-INF = float("inf")
-RECENT_KEPT = 32    # a stage's last finished tasks' times kept for the straggler baseline (a median)
+# Plain ints for the hot paths (enum attribute access is slow), as literals: compiled, a Final
+# literal is a constant wherever it is imported, not a lookup in a module's globals per use.
+# The same values as TaskState and AttemptKind (tests/test_jm.py holds them to it).
+PENDING: Final = 0
+READY: Final = 1
+DISPATCHED: Final = 2
+RUNNING: Final = 3
+DONE: Final = 4
+FAILED: Final = 5
+KILLED: Final = 6
+DUPLICATE: Final = 1
+COPY: Final = 2
+CLONE: Final = 3
+INF: Final = float("inf")
+RECENT_KEPT: Final = 32    # a stage's last finished tasks' times kept for the straggler baseline (a median)
 
 _PN_ADDRESSES: list[str] = []
 

@@ -7,7 +7,7 @@ they have and carry on with a stale one when the RM is away.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -17,16 +17,16 @@ from apollo.core.nonzero import count_nonzero
 from apollo.core.rows import RowWriter
 from apollo.core.shapes import GRID, ShapeGrid
 
-IDLE_CHECK_S = 0.01     # has_idle re-scans the lightly loaded servers at most this often
-SMALL_BATCH = 8         # dispatches recorded one by one up to this many (record_dispatches)
-BOOT_JITTER_S = 0.01    # boot times from the RM closer than this to ours are the same boot
+IDLE_CHECK_S: Final = 0.01     # has_idle re-scans the lightly loaded servers at most this often
+SMALL_BATCH: Final = 8         # dispatches recorded one by one up to this many (record_dispatches)
+BOOT_JITTER_S: Final = 0.01    # boot times from the RM closer than this to ours are the same boot
 # A reading taken less than this after this host's last send to its server may not show that
 # send yet (it was still on its way): the send stays in the ledger (a server a slot scheduler just
 # filled must not look free again, from a reading taken while the task was in flight).
-IN_FLIGHT_S = 0.005
+IN_FLIGHT_S: Final = 0.005
 # Up to this many servers, _fits compares all CPU columns in one step (measured crossover ~80:
 # below it the fewer numpy calls win, above it the reduction's per-server loop does not).
-_ONE_SHOT_FITS = 64
+_ONE_SHOT_FITS: Final = 64
 
 
 class ViewCache:

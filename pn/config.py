@@ -14,23 +14,23 @@ from apollo.core.stragglers import NONE as NO_STRAGGLERS, StragglerModel
 # lost) with its end instead of having it run again. Few: every entry is memory all 20,000 PNs
 # of a large run keep (a dict of every attempt cost 10% of its speed); a report lost beyond
 # these costs a re-run, never a wrong result.
-ENDED_KEEP = 4
+ENDED_KEEP: Final = 4
 # Jobs whose JM host a PN remembers before it forgets those it holds nothing of.
-JOBS_KEPT = 32
+JOBS_KEPT: Final = 32
 # Dispatches a PN remembers (the last 8-16) to drop a duplicated one, which comes within
 # milliseconds of the first copy.
-DISPATCHES_KEPT = 8
+DISPATCHES_KEPT: Final = 8
 INF: Final = float("inf")      # (a constant: compiled, float("inf") would parse the string each time)
 # The lifecycle states a PN sets, as constants (compiled, TaskState.X is a class attribute lookup)
 DISPATCHED: Final = TaskState.DISPATCHED
 FAILED: Final = TaskState.FAILED
 READY: Final = TaskState.READY
 DONE: Final = TaskState.DONE
-NEVER_S = 1e9  # a wait that cannot happen (the shape exceeds the server); finite for the wire
-ABOUT_NOW_S = 1e-3   # the wait of a shape whose room should have freed by now but has not
+NEVER_S: Final = 1e9  # a wait that cannot happen (the shape exceeds the server); finite for the wire
+ABOUT_NOW_S: Final = 1e-3   # the wait of a shape whose room should have freed by now but has not
 # At a give-back's deadline, a queued first attempt that still would not start within this long
 # goes back to its JM to be placed again (PnState._move_stuck).
-MOVE_AFTER_S = 0.5
+MOVE_AFTER_S: Final = 0.5
 
 
 @dataclass(slots=True)

@@ -11,10 +11,12 @@ end of the horizon, so a bigger shape never waits less than a smaller one.
 """
 from __future__ import annotations
 
+from typing import Final
+
 import bisect
 import math
 
-INF = math.inf
+INF: Final = math.inf
 
 
 class Profile:

@@ -11,6 +11,8 @@ is offered to a JM host (rm/jm_homes.py).
 """
 from __future__ import annotations
 
+from typing import Final
+
 import math
 
 from apollo.core.effects import Log, Send
@@ -28,7 +30,10 @@ from .token_messages import TokenMessages
 
 # What admit_now leaves to do: nothing more (admitted, or waiting for a limit to free), an
 # allocation round now (its queue is below its guarantee: the borrowers are cut), or soon.
-ADMITTED, WAIT, ROUND_NOW, ROUND_SOON = 0, 1, 2, 3
+ADMITTED: Final = 0
+WAIT: Final = 1
+ROUND_NOW: Final = 2
+ROUND_SOON: Final = 3
 
 
 class Admission:

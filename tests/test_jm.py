@@ -434,3 +434,14 @@ def test_a_delay_filter_is_part_of_the_config_and_survives_replace():
     copy = dataclasses.replace(cfg, host="jmhost:1")
     assert [f.name for f in copy.profile.filters] == names and copy.placement.delay_node_s == 1.0
     assert not JmConfig(topology=TOPO, policy="greedy").profile.filters
+
+
+def test_the_task_tables_state_constants_are_the_lifecycles():
+    """jm.tasks spells the states and attempt kinds as literals (compiled, constants): the
+    same values as apollo.core.lifecycle's enums."""
+    from apollo.core.lifecycle import AttemptKind
+    from jm import tasks
+    for s in TaskState:
+        if hasattr(tasks, s.name):
+            assert getattr(tasks, s.name) == s, s.name
+    assert (tasks.DUPLICATE, tasks.COPY, tasks.CLONE) == (AttemptKind.DUPLICATE, AttemptKind.COPY, AttemptKind.CLONE)

@@ -11,7 +11,9 @@ origin): the estimate starts again from it.
 """
 from __future__ import annotations
 
-RESET_S = 1.0           # a sample this far above the estimate: the sender's clock jumped
+from typing import Final
+
+RESET_S: Final = 1.0           # a sample this far above the estimate: the sender's clock jumped
 
 
 class Offsets:

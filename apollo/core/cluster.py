@@ -7,21 +7,30 @@ server, the second and third on two different servers of one other rack.
 """
 from __future__ import annotations
 
+from typing import Final
+
 import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
-NODE, RACK, REMOTE = 0, 1, 2
+NODE: Final = 0
+RACK: Final = 1
+REMOTE: Final = 2
 LOCALITY_NAMES = ("node", "rack", "remote")
 
 # (0-d uint64 arrays, not numpy scalars: an operation with a scalar converts it first, which
 # made up a third of a small job's replica placement)
-_GOLDEN, _MIX1, _MIX2 = (np.array(v, dtype=np.uint64) for v in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9,
-                                                                0x94D049BB133111EB))
-_S27, _S30, _S31, _S32 = (np.array(v, dtype=np.uint64) for v in (27, 30, 31, 32))
-_BLOCK_MUL = np.array(0x632BE59BD9B4E019, dtype=np.uint64)
-_ONE = np.array(1, dtype=np.uint64)
+# (Final: compiled, kept in a C static rather than looked up in the module's globals per use)
+_GOLDEN: Final = np.array(0x9E3779B97F4A7C15, dtype=np.uint64)
+_MIX1: Final = np.array(0xBF58476D1CE4E5B9, dtype=np.uint64)
+_MIX2: Final = np.array(0x94D049BB133111EB, dtype=np.uint64)
+_S27: Final = np.array(27, dtype=np.uint64)
+_S30: Final = np.array(30, dtype=np.uint64)
+_S31: Final = np.array(31, dtype=np.uint64)
+_S32: Final = np.array(32, dtype=np.uint64)
+_BLOCK_MUL: Final = np.array(0x632BE59BD9B4E019, dtype=np.uint64)
+_ONE: Final = np.array(1, dtype=np.uint64)
 
 
 def _splitmix(x: np.ndarray) -> np.ndarray:

@@ -6,6 +6,8 @@ is a bug, not a runtime condition.
 """
 from __future__ import annotations
 
+from typing import Final
+
 from enum import IntEnum
 
 
@@ -65,7 +67,7 @@ class IllegalTransition(Exception):
 
 # TRANSITIONS by event, then by state (None: no such transition): step's lookup without making
 # and hashing a (state, event) tuple (~1,000 instructions a call, compiled; a few calls a task)
-_BY_EVENT: dict[str, list[TaskState | None]] = {}
+_BY_EVENT: Final[dict[str, list[TaskState | None]]] = {}
 for (_frm, _event), _to in TRANSITIONS.items():
     _BY_EVENT.setdefault(_event, [None] * len(TaskState))[_frm] = _to
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -22,7 +22,7 @@ A_JOB, A_STAGE, A_TASK, A_ATTEMPT, A_SERVER, A_LOC, A_READY, A_DISPATCH, A_START
 ATTEMPT_DTYPE = np.dtype([("job", "<i8"), ("stage", "<i8"), ("task", "<i8"), ("attempt", "<i8"), ("server", "<i8"),
                           ("loc", "<i8"), ("ready", "<f8"), ("dispatch", "<f8"), ("start", "<f8"), ("end", "<f8"),
                           ("opp", "?"), ("cpu", "<f8"), ("has_input", "?"), ("kind", "i1")])
-_ATTEMPT_ROW = struct.Struct("<6q4d?d?b")
+_ATTEMPT_ROW: Final = struct.Struct("<6q4d?d?b")
 
 
 class AttemptLog:
@@ -80,10 +80,10 @@ class AttemptLog:
 # What the control plane did, counted in the report's "control": attempts a JM adopted from the
 # PNs after its host died, jobs moved to another JM host, JM hosts found dead or back, jobs a
 # host was told to drop.
-CONTROL_EVENTS = ("adopted", "rehomed", "host_dead", "host_up", "released")
+CONTROL_EVENTS: Final = ("adopted", "rehomed", "host_dead", "host_up", "released")
 # What the JMs' corrections did (jm/attempts.py): duplicate triggers fired and duplicates sent, by
 # trigger; straggler copies started.
-CORRECTION_EVENTS = ("dup_trigger", "duplicate", "copy")
+CORRECTION_EVENTS: Final = ("dup_trigger", "duplicate", "copy")
 KINDS = ("first", "duplicate", "copy", "clone")     # apollo.core.lifecycle.AttemptKind, by value
 
 

@@ -13,7 +13,7 @@ import heapq
 from operator import itemgetter
 from typing import Final
 
-FAR = 1 << 62      # the bucket of times too large to bucket (never, for practical purposes)
+FAR: Final = 1 << 62      # the bucket of times too large to bucket (never, for practical purposes)
 _TIME: Final = itemgetter(0)
 
 

@@ -8,6 +8,8 @@ the matcher's answer for one task is its cheapest candidate.
 """
 from __future__ import annotations
 
+from typing import Final
+
 import numpy as np
 
 from apollo.core.cluster import REMOTE
@@ -17,7 +19,7 @@ from .. import estimate as est
 from ..stable_matching import UNMATCHED
 from .batch import Batch, Cut
 
-INF = float("inf")
+INF: Final = float("inf")
 
 
 def _unmatched(B: int):
