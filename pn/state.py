@@ -56,7 +56,7 @@ class PnState:
         self._grow = -1.0                       # how it moves after that (attempt.room)
         self._waits: list[float] = []           # the last planned waits, from _planned_at
         self._planned_at = 0.0
-        self._avail: list | None = None         # absolute start times of the shapes, made on demand
+        self._avail: list[float] | None = None         # absolute start times of the shapes, made on demand
         self._overdue_at = INF                  # when a shape the room does not fit now is due
         self._last_m: list | None = None        # the last planned reading, kept across changes,
         self._last_t = 0.0                      # and when it was planned, and how it moves
@@ -658,9 +658,14 @@ class PnState:
                 gcpu, gmem = self._gcpu, self._gmem
                 nm = len(gmem)
                 fc, fm = self.free_cpu + 1e-9, self.free_mem + 1e-9
-                self._overdue_at = min((a for k, a in enumerate(avail)
-                                        if not (gcpu[k // nm] <= fc and gmem[k % nm] <= fm)),
-                                       default=INF)
+                # (a loop: compiled, min() over a generator is a builtin looked up and a
+                # generator object made per call)
+                over = INF
+                for k in range(len(avail)):
+                    start = avail[k]
+                    if start < over and not (gcpu[k // nm] <= fc and gmem[k % nm] <= fm):
+                        over = start
+                self._overdue_at = over
             m = [a - now if a > now else 0.0 for a in avail]
             if now >= self._overdue_at:
                 # A shape whose planned start has passed, but for which the room is not free:

@@ -14,7 +14,7 @@ from operator import itemgetter
 from typing import Final
 
 FAR: Final = 1 << 62      # the bucket of times too large to bucket (never, for practical purposes)
-_TIME: Final = itemgetter(0)
+BY_TIME: Final = itemgetter(0)     # an entry's time: a sort key (stable: ties keep their seq order)
 
 
 class EventQueue:
@@ -55,7 +55,7 @@ class EventQueue:
         # Entries are pushed in ``seq`` order (the simulator numbers them as it pushes them), so
         # a bucket's list is in seq order, and a stable sort by time alone puts it in (time,
         # seq) order: float keys compare at a third of what whole tuples cost.
-        lst.sort(key=_TIME)
+        lst.sort(key=BY_TIME)
         self.cur, self.pos, self.cur_bucket = lst, 0, b
         return True
 

@@ -28,7 +28,7 @@ from apollo.core.effects import (CancelTimer, Kill, Launch, Log, PeerBack, PeerL
                                  Start, TaskExited, Timer)
 from apollo.core.messages import TaskSpec, pack, unpack
 
-from .events import EventQueue
+from .events import BY_TIME, EventQueue
 from .hugepages import HeapPager
 
 # Event kinds (Final: compiled, a constant, not a lookup in the module's globals per event)
@@ -317,7 +317,7 @@ class SimRuntime:
                                                                            "" if ok else "task failed"), t, rng))
                     elif kind == BATCH:
                         arrived = slot.windows.pop(item)
-                        arrived.sort()
+                        arrived.sort(key=BY_TIME)     # (appended in seq order: stable by time = by (time, seq))
                         msgs = [unpack(m) if wire else m for _, _, m, e in arrived if e == slot.epoch]
                         if msgs and slot.up:
                             apply(slot, slot.handle(slot.actor, msgs if len(msgs) > 1 else msgs[0], t, rng))
