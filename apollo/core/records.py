@@ -104,7 +104,12 @@ class Recorder:
 
     def __call__(self, kind: str, data: tuple, now: float) -> None:
         if kind == "attempt":            # (one per attempt: the rest are rare)
-            self.attempts.append(data)
+            att = self.attempts
+            if type(att) is AttemptLog:
+                log: AttemptLog = att    # (typed: compiled, a C call, not a Python method call)
+                log.append(data)
+            else:
+                att.append(data)
             return
         if kind in CONTROL_EVENTS:
             self.control[kind] = self.control.get(kind, 0) + 1
