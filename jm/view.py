@@ -280,12 +280,13 @@ class ViewCache:
         unknown) that arrived at ``now`` (ours), moving by ``grow`` after it."""
         if sent >= 0:
             time += self.pn_clocks.observe(server, now, sent)
-        if time > self.stamps.item(server):
+        stamp: float = self.stamps.item(server)      # (typed: compiled, compared as C doubles)
+        if time > stamp:
             if self._idle_owed:
                 self._settle_idle(now)
             self._rows.write(server, matrix)
             self.stamps[server] = time
-            was = self.grows.item(server)
+            was: float = self.grows.item(server)
             if was != grow:
                 self.grows[server] = grow
                 self.growing += int(grow >= 0.0) - int(was >= 0.0)

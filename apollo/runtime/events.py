@@ -67,8 +67,9 @@ class EventQueue:
             cur = self.cur
             pos = self.pos
             while pos < len(cur):          # cur grows under us when a push lands in it
-                entry = cur[pos]
-                if entry[0] > until:
+                entry: tuple = cur[pos]      # (typed: compiled, the time is compared as a C double)
+                t: float = entry[0]
+                if t > until:
                     return
                 pos += 1
                 self.pos = pos             # before the yield: a push inserts after it
@@ -101,7 +102,7 @@ def _insort(cur: list, entry: tuple, t: float, lo: int) -> None:
     hi = len(cur)
     while lo < hi:
         mid = (lo + hi) // 2
-        e = cur[mid]
+        e: tuple = cur[mid]
         et: float = e[0]
         if et < t or (et == t and e[1] < seq):
             lo = mid + 1
