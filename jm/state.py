@@ -278,7 +278,7 @@ class JmState:
                 continue  # a stranger
             spec = sent[t]
             # (.item: a plain Python number, without making a numpy scalar first)
-            cur = state.item(t)
+            cur: int = state.item(t)
             if spec is None or r.attempt != spec.attempt or (cur != DISPATCHED and cur != RUNNING):
                 if att.extra:
                     e = att.find_extra(t, r.attempt)

@@ -137,7 +137,7 @@ class Stage:
         self.parents: list[int] = []
         self.children: list[int] = []
         self.remaining = spec.tasks
-        self.declared = spec.estimate_s        # the spec's own estimate, counted as one observation
+        self.declared: float = spec.estimate_s     # the spec's own estimate, counted as one observation
         self.est_runtime = self.declared
         self.obs_n = 0
         self.obs_sum = 0.0
@@ -271,7 +271,7 @@ class TaskTable:
     # ---- state changes ---------------------------------------------------------------
     def move(self, t: int, event: str) -> int:
         """Task ``t``'s first attempt takes ``event`` (apollo.core.lifecycle; an illegal one raises)."""
-        to = int(step(self.state.item(t), event))
+        to: int = step(self.state.item(t), event)     # (a TaskState is an int: no int() call)
         self.state[t] = to
         return to
 

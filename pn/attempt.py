@@ -6,7 +6,6 @@ import itertools
 from dataclasses import dataclass
 
 from apollo.core.cluster import IoModel
-from apollo.core.lifecycle import TaskState
 from apollo.core.messages import TaskReport, TaskSpec
 
 from .config import INF, NEVER_S, PnConfig
@@ -16,7 +15,7 @@ from .queue import release_waits
 @dataclass(slots=True, init=False)
 class Attempt:
     spec: TaskSpec
-    state: TaskState
+    state: int                       # a TaskState's value (compiled, a C integer: no int() per report)
     queued_at: float
     started_at: float
     reported: bool                   # its JM was told it is queued (so is told when it starts)
@@ -24,7 +23,7 @@ class Attempt:
 
     # (written out: compiled, a dataclass's generated __init__ stays a Python function; one
     # Attempt is made per task, apollo.core.effects)
-    def __init__(self, spec: TaskSpec, state: TaskState, queued_at: float, started_at: float = -1.0,
+    def __init__(self, spec: TaskSpec, state: int, queued_at: float, started_at: float = -1.0,
                  reported: bool = False, slowdown: float = 1.0) -> None:
         self.spec = spec
         self.state = state
