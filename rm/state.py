@@ -237,12 +237,15 @@ class RmState:
         per-heartbeat work is a few row writes, less than the event's own cost)."""
         out: list = []
         n = self.cfg.servers
-        observe = self.cluster.observe
+        # (called on the object, each heartbeat typed: compiled, C calls and struct reads; a bound
+        # method kept in a local is a Python call that parses its arguments)
+        cluster = self.cluster
         grew = False
+        hb: Heartbeat
         for hb in hbs:
             if hb.server >= n:
                 out.append(_unknown_server(hb))
-            elif observe(hb, now):
+            elif cluster.observe(hb, now):
                 grew = True
         if grew:
             self.admission.dirty = True

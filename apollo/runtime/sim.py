@@ -272,7 +272,6 @@ class SimRuntime:
         wire = self.wire
         killed = self.killed
         rng = self.rng
-        apply = self._apply
         events = 0
         # A run makes millions of short-lived objects (messages, effects, queue entries) and no
         # cyclic garbage (reference counting frees everything), but the cycle collector kept
@@ -304,7 +303,7 @@ class SimRuntime:
                         if slot.epoch != epoch or not slot.up:
                             self.dropped += 1           # the slot crashed (or is down) since
                         else:
-                            apply(slot, slot.handle(slot.actor, unpack(item) if wire else item, t, rng))
+                            self._apply(slot, slot.handle(slot.actor, unpack(item) if wire else item, t, rng))
                     elif kind == EXIT or kind == EXIT_FAILED:     # item: the task's TaskSpec
                         task: TaskSpec = item
                         if slot.epoch != epoch or not slot.up:
@@ -313,19 +312,19 @@ class SimRuntime:
                             killed.discard((slot.address, task.key))
                         else:
                             ok = kind == EXIT
-                            apply(slot, slot.handle(slot.actor, TaskExited(task.key, ok, 0 if ok else 1,
+                            self._apply(slot, slot.handle(slot.actor, TaskExited(task.key, ok, 0 if ok else 1,
                                                                            "" if ok else "task failed"), t, rng))
                     elif kind == BATCH:
                         arrived = slot.windows.pop(item)
                         arrived.sort(key=BY_TIME)     # (appended in seq order: stable by time = by (time, seq))
                         msgs = [unpack(m) if wire else m for _, _, m, e in arrived if e == slot.epoch]
                         if msgs and slot.up:
-                            apply(slot, slot.handle(slot.actor, msgs if len(msgs) > 1 else msgs[0], t, rng))
+                            self._apply(slot, slot.handle(slot.actor, msgs if len(msgs) > 1 else msgs[0], t, rng))
                     elif kind == TIMER:
                         timers = slot.timers
                         if timers.get(item) == seq and slot.epoch == epoch:   # not re-set or cancelled since
                             del timers[item]
-                            apply(slot, slot.handle(slot.actor, Timer(item), t, rng))
+                            self._apply(slot, slot.handle(slot.actor, Timer(item), t, rng))
                     if self.stopped:
                         break
                 if self.stopped or events - began < chunk:
