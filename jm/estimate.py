@@ -147,9 +147,8 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
     C = (1.0 - p_fail) * E + cfg.kfail * p_fail * E
     if cfg.tie_noise_s > 0:
         C += rng.random(C.shape) * cfg.tie_noise_s
-    # No choice (inf): dead, or a shape it never fits, or not a valid candidate. (C is this
-    # call's own array: written in place)
-    # (dead or not valid, or never fits: ~(alive & valid) | never, as one comparison)
+    # No choice (inf): dead, or not a valid candidate, or a shape it never fits: ~(alive & valid)
+    # | never, as one comparison. (C is this call's own array: written in place)
     bad = (view.alive[cand] if valid is None else view.alive[cand] & valid) <= (wait >= 1e8)
     np.putmask(C, bad, np.inf)
     return C, E, W

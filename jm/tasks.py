@@ -16,7 +16,7 @@ import numpy as np
 
 from apollo.core.cluster import REMOTE
 from apollo.core.effects import Log
-from apollo.core.lifecycle import AttemptKind, TaskState, step
+from apollo.core.lifecycle import step
 from apollo.core.messages import TaskSpec
 from apollo.core.nonzero import count_nonzero
 from apollo.core.spec import JobSpec, stage_identity
@@ -24,7 +24,6 @@ from apollo.core.spec import JobSpec, stage_identity
 from .config import JmConfig
 from .estimate import bandwidths
 
-S = TaskState
 # Plain ints for the hot paths (enum attribute access is slow), as literals: compiled, a Final
 # literal is a constant wherever it is imported, not a lookup in a module's globals per use.
 # The same values as TaskState and AttemptKind (tests/test_jm.py holds them to it).
