@@ -39,7 +39,7 @@ class PnState:
     __slots__ = ("server", "cfg", "boot_time", "queue", "opp_queue", "running", "free_cpu", "free_mem",
                  "_matrix", "_matrix_time", "_grow", "_last_g", "_waits", "_planned_at", "_avail", "_overdue_at",
                  "_last_m", "_last_t", "_hb_due", "_changed", "_quiet_due", "_repeat_due", "_revise_at", "_queued_due",
-                 "ended", "jm_at", "_dispatches", "_jm_default", "_idle_w", "_gcpu", "_gmem", "yielding", "_yield_due",
+                 "ended", "jm_at", "_dispatches", "_dispatch_keys", "_jm_default", "_idle_w", "_gcpu", "_gmem", "yielding", "_yield_due",
                  "_early_upgrades")
 
     def __init__(self, server: int, config: PnConfig) -> None:
@@ -73,6 +73,9 @@ class PnState:
         self._gcpu: tuple[float, ...] = config.grid.cpu
         self._gmem: tuple[float, ...] = config.grid.mem
         self._dispatches: list[int] = []                  # the latest Dispatches' first attempts, as keys
+        # (the same keys as a set, searched: a list's search compared every kept key, each a
+        # separate object and, 20,000 PNs over, a cache miss of its own)
+        self._dispatch_keys: set[int] = set()
         # Where a job's reports go: the first JM host this PN heard of, unless jm_at names another
         # (job -> (JM generation, host)); an entry only for jobs elsewhere keeps a PN of a
         # one-host cluster from keeping one per job it ever ran.
@@ -136,14 +139,18 @@ class PnState:
         # A duplicate (the network delivered the message twice) comes within milliseconds: it is
         # found among the last few Dispatches by its first attempt, one check per message.
         first = msg.tasks[0]
-        seen = self._dispatches
-        # one int per Dispatch, exact (job, task and attempt in disjoint bits), searched in C; the
-        # TaskSpecs themselves would keep ended attempts alive, 20,000 PNs times over
+        # one int per Dispatch, exact (job, task and attempt in disjoint bits); the TaskSpecs
+        # themselves would keep ended attempts alive, 20,000 PNs times over
         key = (first.job_id << 64) | (first.task << 32) | first.attempt
-        if key in seen:
+        keys = self._dispatch_keys
+        if key in keys:
             return out
+        seen = self._dispatches
         seen.append(key)
+        keys.add(key)
         if len(seen) > 2 * DISPATCHES_KEPT:
+            for old in seen[:DISPATCHES_KEPT]:
+                keys.discard(old)
             del seen[:DISPATCHES_KEPT]
         if msg.reply_to and msg.reply_to != self._jm_default or msg.job_id in self.jm_at:
             self._reply_to(msg.job_id, msg.tasks[0].attempt >> 16, msg.reply_to)
@@ -779,3 +786,4 @@ class PnState:
             assert a.spec.kind or a.spec.job_id not in self.yielding, "a yielding job's attempt queued as regular"
         for a in self.opp_queue:
             assert a.spec.opportunistic, "a regular attempt in the opportunistic queue"
+        assert self._dispatch_keys == set(self._dispatches), "the Dispatch keys' set and list differ"

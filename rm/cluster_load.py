@@ -110,7 +110,11 @@ class ClusterLoad:
         self.row_seq[s] = self.newest_row = self.view_seq + 1
         self.row_moves += 1
         if hb.jobs or self._pn_held[s][0]:
-            self._set_held(s, tuple(hb.jobs), tuple(int(round(c * 1000)) for c in hb.job_cpus))
+            # (a loop, not a generator: compiled, a generator is an object made per heartbeat)
+            milli: list[int] = []
+            for c in hb.job_cpus:
+                milli.append(int(round(c * 1000)))
+            self._set_held(s, tuple(hb.jobs), tuple(milli))
         self._running[s] = hb.running
         self._queued[s] = hb.queued
         self._cpu_free[s] = hb.cpu_free

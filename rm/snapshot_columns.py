@@ -6,7 +6,10 @@ round's with nothing moved: the RM hands the same JobView object for those (rm/j
 views_of). So the columns are kept from round to round: when the jobs are the same, in the same
 order, only the rows of views that are new objects are read again; what never moves for a job
 (its leaf, user, place in queue order, id) is kept whole while those views say the same of it.
-Anything else reads every job.
+When jobs came or went since (on a busy cluster, most rounds: a job ends or arrives between two
+ticks), the kept jobs' rows are gathered by job id and only the new jobs' and moved views' rows
+are read; the user codes and the queue order are worked out again over the arrays. Only a job
+whose unmoving fields changed under the same id (a snapshot not made by the RM) reads every job.
 """
 from __future__ import annotations
 
@@ -39,13 +42,20 @@ class Columns:
     rank: np.ndarray                # its place in queue order: priority (higher first), submit time, id
 
 
+def _queue_rank(cols: np.ndarray) -> np.ndarray:
+    """Each row's place in queue order: priority (higher first), submit time, id."""
+    n = len(cols)
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.lexsort((cols[:, 6], cols[:, 5], -cols[:, 4]))] = np.arange(n)
+    return rank
+
+
 def read_columns(jobs: tuple[JobView, ...], leaf_index: Callable[[str], int]) -> Columns:
     """Every job's row, read afresh."""
     n = len(jobs)
     rows = list(map(_FIELDS, jobs))
     cols = np.array([r[:7] for r in rows], dtype=float).reshape(n, 7)
-    rank = np.empty(n, dtype=np.int64)
-    rank[np.lexsort((cols[:, 6], cols[:, 5], -cols[:, 4]))] = np.arange(n)
+    rank = _queue_rank(cols)
     leaf = np.array([leaf_index(r[7]) for r in rows], dtype=np.int64)
     codes: dict[str, int] = {}
     users = np.array([codes.setdefault(r[8], len(codes)) for r in rows], dtype=np.int64)
@@ -58,9 +68,15 @@ class SnapshotColumns:
     def __init__(self, leaf_index: Callable[[str], int]) -> None:
         self.leaf_index = leaf_index
         self.last: Columns | None = None
+        self._row_of: dict[int, int] = {}           # job id -> its row in ``last``
+        # A code per user name kept across rounds (a round's own codes go by first appearance,
+        # which moves as jobs come and go), and ``last``'s rows' kept codes
+        self._kept_code: dict[str, int] = {}
+        self._kept_names: list[str] = []
+        self._kept_users = np.zeros(0, dtype=np.int64)
 
     def of(self, jobs: tuple[JobView, ...]) -> Columns:
-        """The columns of ``jobs``, from the last round's where its jobs are the same."""
+        """The columns of ``jobs``, from the last round's for the jobs it had."""
         last = self.last
         if last is not None and len(last.jobs) == len(jobs):
             before = last.jobs
@@ -74,8 +90,84 @@ class SnapshotColumns:
                     cols.flags.writeable = False
                 self.last = Columns(jobs, cols, last.leaf, last.users, last.user_names, last.ids, last.rank)
                 return self.last
-        self.last = read_columns(jobs, self.leaf_index)
-        return self.last
+        got = self._merged(jobs, last) if last is not None else None
+        if got is None:
+            got = read_columns(jobs, self.leaf_index)
+            self._keep_users(got)
+        self.last = got
+        self._row_of = {job_id: i for i, job_id in enumerate(got.ids)}
+        return got
+
+    def _keep_users(self, c: Columns) -> None:
+        """The kept user codes of a fresh read's rows."""
+        kept = self._kept_code
+        names = self._kept_names
+        codes: list[int] = []
+        for name in c.user_names:
+            k = kept.get(name)
+            if k is None:
+                k = kept[name] = len(names)
+                names.append(name)
+            codes.append(k)
+        self._kept_users = np.array(codes, dtype=np.int64)[c.users] if codes else np.zeros(0, dtype=np.int64)
+
+    def _merged(self, jobs: tuple[JobView, ...], last: Columns) -> Columns | None:
+        """The columns of ``jobs`` from ``last``'s rows of the jobs it had (by id), reading only
+        the new jobs and the moved views; None when a kept job's unmoving fields changed."""
+        row_of = self._row_of
+        before = last.jobs
+        n = len(jobs)
+        if not before or not n:
+            return None                 # nothing kept to take from (or nothing to take)
+        take: list[int] = []
+        read: list[int] = []            # rows whose numbers are read (new jobs, moved views)
+        new: list[int] = []             # rows of jobs ``last`` did not have
+        ids: list[int] = []
+        v: JobView
+        for i in range(n):
+            v = jobs[i]
+            job_id = v.job_id
+            ids.append(job_id)
+            j = row_of.get(job_id, -1)
+            if j < 0:
+                take.append(0)
+                read.append(i)
+                new.append(i)
+                continue
+            take.append(j)
+            w = before[j]
+            if v is not w:
+                if _KEPT_OF(v) != _KEPT_OF(w):
+                    return None
+                read.append(i)
+        idx = np.array(take, dtype=np.intp)
+        cols = last.cols.take(idx, axis=0).reshape(n, 7)
+        for i in read:
+            cols[i] = _NUMBERS_OF(jobs[i])
+        leaf = last.leaf.take(idx)
+        kept_users = self._kept_users.take(idx)
+        if new:
+            kept, names = self._kept_code, self._kept_names
+            for i in new:
+                v = jobs[i]
+                leaf[i] = self.leaf_index(v.queue)
+                k = kept.get(v.user)
+                if k is None:
+                    k = kept[v.user] = len(names)
+                    names.append(v.user)
+                kept_users[i] = k
+        # A round's user codes go by first appearance (as a fresh read numbers them)
+        uniq, first = np.unique(kept_users, return_index=True)
+        order = np.argsort(first)
+        code = np.empty(len(uniq), dtype=np.int64)
+        code[order] = np.arange(len(uniq))
+        users = code[np.searchsorted(uniq, kept_users)]
+        user_names = tuple([self._kept_names[k] for k in uniq[order].tolist()])
+        rank = _queue_rank(cols)
+        for a in (cols, rank, leaf, users):
+            a.flags.writeable = False
+        self._kept_users = kept_users
+        return Columns(jobs, cols, leaf, users, user_names, ids, rank)
 
     def validate(self, jobs: tuple[JobView, ...]) -> None:
         """The columns kept for ``jobs`` (the last round's) equal a fresh read."""
