@@ -94,8 +94,13 @@ class SnapshotColumns:
         if got is None:
             got = read_columns(jobs, self.leaf_index)
             self._keep_users(got)
+            row_of: dict[int, int] = {}
+            i = 0
+            for job_id in got.ids:
+                row_of[job_id] = i
+                i += 1
+            self._row_of = row_of
         self.last = got
-        self._row_of = {job_id: i for i, job_id in enumerate(got.ids)}
         return got
 
     def _keep_users(self, c: Columns) -> None:
@@ -123,11 +128,13 @@ class SnapshotColumns:
         read: list[int] = []            # rows whose numbers are read (new jobs, moved views)
         new: list[int] = []             # rows of jobs ``last`` did not have
         ids: list[int] = []
+        rows: dict[int, int] = {}       # the next round's row_of
         v: JobView
         for i in range(n):
             v = jobs[i]
             job_id = v.job_id
             ids.append(job_id)
+            rows[job_id] = i
             j = row_of.get(job_id, -1)
             if j < 0:
                 take.append(0)
@@ -167,6 +174,7 @@ class SnapshotColumns:
         for a in (cols, rank, leaf, users):
             a.flags.writeable = False
         self._kept_users = kept_users
+        self._row_of = rows
         return Columns(jobs, cols, leaf, users, user_names, ids, rank)
 
     def validate(self, jobs: tuple[JobView, ...]) -> None:
