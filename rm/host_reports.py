@@ -35,13 +35,8 @@ class HostReports:
         seq: int
         demand: int                  # (whole CPUs: compared as floats, exactly, with the entry's)
         in_use: int
-        # (indexed lists, not a zip: compiled, a zip of four lists is iterated generically)
-        ids: list[int] = r.jobs.tolist()
-        seqs: list[int] = r.seqs.tolist()
-        demands: list[int] = r.demand.tolist()
-        in_uses: list[int] = r.in_use.tolist()
-        for i in range(len(ids)):
-            job_id, seq, demand, in_use = ids[i], seqs[i], demands[i], in_uses[i]
+        for job_id, seq, demand, in_use in zip(r.jobs.tolist(), r.seqs.tolist(), r.demand.tolist(),
+                                               r.in_use.tolist()):
             e = jobs.get(job_id)
             if e is None or e.state != "running":
                 out.append(Send(h, ReleaseJob(job_id, True)))      # finished, or cancelled: stop it

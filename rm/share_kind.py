@@ -148,13 +148,7 @@ class SharingKind:
         for i in waiting[np.argsort(rank[waiting], kind="stable")].tolist():
             seen[leaf[i]] += 1
             positions[ids[i]] = (self._leaves[leaf[i]].path, seen[leaf[i]])
-        # (a typed loop: compiled, dict() over a zip of a generator iterated every admitted job
-        # generically, a third of a busy round)
-        tokens: dict[int, int] = {}
-        g: int
-        for i, g in zip(ai.tolist(), got.tolist()):
-            tokens[ids[i]] = g
-        return Allocation(tokens=tokens,
+        return Allocation(tokens=dict(zip((ids[i] for i in ai.tolist()), got.tolist())),
                           admit=[ids[i] for i in newly], reclaim=reclaim, next_run_s=owed.next_run_s,
                           shares=shares, positions=positions, starving=owed.starving)
 

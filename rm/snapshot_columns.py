@@ -93,28 +93,18 @@ class SnapshotColumns:
         got = self._merged(jobs, last) if last is not None else None
         if got is None:
             got = read_columns(jobs, self.leaf_index)
-            self._keep_users(got)
-            row_of: dict[int, int] = {}
-            i = 0
-            for job_id in got.ids:
-                row_of[job_id] = i
-                i += 1
-            self._row_of = row_of
+            codes = [self._kept_code_of(name) for name in got.user_names]
+            self._kept_users = np.array(codes, dtype=np.int64)[got.users] if codes else np.zeros(0, dtype=np.int64)
         self.last = got
+        self._row_of = {job_id: i for i, job_id in enumerate(got.ids)}
         return got
 
-    def _keep_users(self, c: Columns) -> None:
-        """The kept user codes of a fresh read's rows."""
-        kept = self._kept_code
-        names = self._kept_names
-        codes: list[int] = []
-        for name in c.user_names:
-            k = kept.get(name)
-            if k is None:
-                k = kept[name] = len(names)
-                names.append(name)
-            codes.append(k)
-        self._kept_users = np.array(codes, dtype=np.int64)[c.users] if codes else np.zeros(0, dtype=np.int64)
+    def _kept_code_of(self, user: str) -> int:
+        k = self._kept_code.get(user)
+        if k is None:
+            k = self._kept_code[user] = len(self._kept_names)
+            self._kept_names.append(user)
+        return k
 
     def _merged(self, jobs: tuple[JobView, ...], last: Columns) -> Columns | None:
         """The columns of ``jobs`` from ``last``'s rows of the jobs it had (by id), reading only
@@ -128,13 +118,11 @@ class SnapshotColumns:
         read: list[int] = []            # rows whose numbers are read (new jobs, moved views)
         new: list[int] = []             # rows of jobs ``last`` did not have
         ids: list[int] = []
-        rows: dict[int, int] = {}       # the next round's row_of
         v: JobView
         for i in range(n):
             v = jobs[i]
             job_id = v.job_id
             ids.append(job_id)
-            rows[job_id] = i
             j = row_of.get(job_id, -1)
             if j < 0:
                 take.append(0)
@@ -153,16 +141,10 @@ class SnapshotColumns:
             cols[i] = _NUMBERS_OF(jobs[i])
         leaf = last.leaf.take(idx)
         kept_users = self._kept_users.take(idx)
-        if new:
-            kept, names = self._kept_code, self._kept_names
-            for i in new:
-                v = jobs[i]
-                leaf[i] = self.leaf_index(v.queue)
-                k = kept.get(v.user)
-                if k is None:
-                    k = kept[v.user] = len(names)
-                    names.append(v.user)
-                kept_users[i] = k
+        for i in new:
+            v = jobs[i]
+            leaf[i] = self.leaf_index(v.queue)
+            kept_users[i] = self._kept_code_of(v.user)
         # A round's user codes go by first appearance (as a fresh read numbers them)
         uniq, first = np.unique(kept_users, return_index=True)
         order = np.argsort(first)
@@ -174,7 +156,6 @@ class SnapshotColumns:
         for a in (cols, rank, leaf, users):
             a.flags.writeable = False
         self._kept_users = kept_users
-        self._row_of = rows
         return Columns(jobs, cols, leaf, users, user_names, ids, rank)
 
     def validate(self, jobs: tuple[JobView, ...]) -> None:
