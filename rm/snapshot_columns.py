@@ -136,7 +136,7 @@ class SnapshotColumns:
                     return None
                 read.append(i)
         idx = np.array(take, dtype=np.intp)
-        cols = last.cols.take(idx, axis=0).reshape(n, 7)
+        cols = last.cols.take(idx, axis=0)
         for i in read:
             cols[i] = _NUMBERS_OF(jobs[i])
         leaf = last.leaf.take(idx)
