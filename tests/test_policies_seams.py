@@ -14,7 +14,8 @@ from apollo.tools.simulate import SimConfig, run_simulation
 from apollo.workloads import load_workload
 from jm import estimate as est
 from jm.policies import PROFILES, Profile
-from jm.policies.base import Filter, Gate, Matcher
+from jm.policies.base import Filter, Matcher
+from jm.policies.gate import Gate
 from jm.stable_matching import UNMATCHED
 from jm.policies.batch import Batch
 from jm.state import JmConfig

@@ -53,13 +53,16 @@ MODULES = ("apollo.core.clocks", "apollo.core.rows", "apollo.core.effects", "apo
            # the sharing plane's round (a queue order stays interpreted: a compiled class's class
            # attributes are not a plain subclass's to override)
            "rm.share_kind", "rm.share_fair", "rm.share_capacity", "rm.share_math", "rm.exact_sum",
-           "rm.snapshot_columns", "rm.give_back", "rm.sharing_types")
+           "rm.snapshot_columns", "rm.give_back", "rm.sharing_types",
+           # the seams' base classes and the apollo profile's matcher and filter (every placement
+           # pass calls them); the other policies stay interpreted and subclass the compiled bases
+           "jm.policies.base", "jm.policies.matchers", "jm.policies.deferral", "jm.stable_matching")
 # The project modules those import: their sources are part of a build's identity too.
 DEPENDS = ("apollo.core.compiled", "apollo.core.nonzero", "apollo.core.shapes", "apollo.core.spec",
-           "apollo.core.stragglers", "apollo.runtime.hugepages", "jm.stable_matching", "jm.policies",
+           "apollo.core.stragglers", "apollo.runtime.hugepages", "jm.policies",
            "jm.policies.opportunistic", "rm.clones", "rm.queues",
-           "rm.sharing", "rm.store", "jm.config", "jm.policies.base",
-           "jm.policies.deferral", "jm.policies.delay", "jm.policies.gate", "jm.policies.matchers",
+           "rm.sharing", "rm.store", "jm.config",
+           "jm.policies.delay", "jm.policies.gate",
            "jm.policies.offers", "jm.policies.sparrow",
            "rm.queue_order",
            "apollo.runtime.executor")

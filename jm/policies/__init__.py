@@ -7,8 +7,8 @@ Apollo's corrections (move a task stuck in a queue) and polling (look again ever
 DispatchConfig.retry_s while tasks wait, as Hadoop's heartbeat-driven assignment does).
 ``tokens`` names the RM's default sharing of tokens for the profile.
 
-The three seams are base classes in jm.policies.base (Filter, Matcher, Gate), with defaults
-for every member. Adding a policy: subclass one in a new module here, then add or change a
+The three seams are base classes with defaults for every member: Filter and Matcher in
+jm.policies.base, Gate in jm.policies.gate. Adding a policy: subclass one in a new module here, then add or change a
 profile line below (docs/policies.md has the recipe). JmState never looks at a profile's name.
 """
 from __future__ import annotations
@@ -17,10 +17,10 @@ import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
-from .base import Filter, Gate, Matcher
+from .base import Filter, Matcher
 from .deferral import Deferral
 from .delay import DelayScheduling
-from .gate import APOLLO, LOOKAHEAD, TOKENS
+from .gate import APOLLO, LOOKAHEAD, TOKENS, Gate
 from .matchers import FreeSlot, GreedyMatching, RandomPlacement, StableMatching
 from .offers import SlotOffers
 from .sparrow import BatchSampling

@@ -1,4 +1,5 @@
-"""The three seams of a scheduler profile, as base classes whose defaults do nothing.
+"""Two of the three seams of a scheduler profile, Filter and Matcher, as base classes whose
+defaults do nothing (the third, Gate, is in jm.policies.gate).
 
 A placement pass hands a Batch (jm.policies.batch: a read-only snapshot of the tasks being
 placed) to the profile's parts, in this order:
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from apollo.core.compiled import mypyc_attr
+
 from ..candidates import candidate_rows
 
 # Capability flags that are methods now (jm.placement and the pipeline call the methods); the old
@@ -34,6 +37,7 @@ def _no_old_flags(cls) -> None:
             raise TypeError(f"{cls.__name__}.{flag}: override the method instead (docs/policies.md)")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Filter:
     """Drops candidates or holds tasks back, with an optional memory per job."""
     name: ClassVar[str] = "filter"
@@ -81,6 +85,7 @@ class Filter:
         return self.uses_estimates()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Matcher:
     """Pairs a batch's tasks with servers."""
     name: ClassVar[str] = "matcher"
@@ -149,17 +154,3 @@ class Matcher:
     @property
     def bounded(self) -> bool:
         return self.has_batch_bound()
-
-
-class Gate:
-    """How many of a job's placed tasks may go out, and as what. Every profile dispatches regular
-    tasks while the job's tokens last; a gate may add more (jm.policies.gate.DispatchGate)."""
-    __slots__ = ()
-    opportunistic: bool = False      # beyond tokens, as opportunistic tasks (if JmConfig allows)
-    lookahead: bool = False          # match PlacementConfig.lookahead tasks per free token, best first
-    pipelining: bool = False         # short tasks: DispatchConfig.pipeline_s of work per token
-
-    def describe(self, opportunistic: bool = True) -> list[str]:
-        """What the report lists of this gate (``opportunistic``: whether the run allows them)."""
-        return [n for n, on in (("opportunistic", self.opportunistic and opportunistic), ("lookahead", self.lookahead),
-                                ("pipelining", self.pipelining)) if on]

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from apollo.core.compiled import mypyc_attr
+
 from .base import Filter
 from .batch import Batch, Cut
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Deferral(Filter):
     name = "deferral"
 

@@ -18,6 +18,7 @@ from collections import Counter
 import numpy as np
 
 from apollo.core.cluster import REMOTE
+from apollo.core.compiled import mypyc_attr
 
 from .. import estimate as est
 from ..stable_matching import UNMATCHED, greedy_match, seat_match, stable_match
@@ -33,6 +34,7 @@ def _most_picked(servers: list[int]) -> int:
     return max(Counter(servers).values())
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class StableMatching(Matcher):
     name = "stable-matching"
 
@@ -79,6 +81,7 @@ def _match_seats(b: Batch, cap: int):
     return srv, None, None      # (the pipeline reads each task's wait and locality there)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class GreedyMatching(Matcher):
     name = "greedy"
 
@@ -89,6 +92,7 @@ class GreedyMatching(Matcher):
         return greedy_match(b.cand, b.C, load=b.runtime * b.cpu / b.topology.cores), None, None
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RandomPlacement(Matcher):
     name = "random"
 
@@ -108,6 +112,7 @@ class RandomPlacement(Matcher):
             np.where(b.valid[:, 0], b.loc[:, 0], REMOTE)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SlotMatcher(Matcher):
     """A slot scheduler's matcher: a task goes only to a slot free now, as its server reported
     it; no estimates."""
@@ -125,6 +130,7 @@ class SlotMatcher(Matcher):
         return view.free_slots_reported(cpu)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FreeSlot(SlotMatcher):
     name = "free-slot"
 
