@@ -1,4 +1,4 @@
-"""The policy seams (jm.policies.base): every part of every profile subclasses its base, a
+"""The policy seams (jm.policies.base and gate): every part of every profile subclasses its base, a
 matcher's capabilities are methods and keep their promises, and a filter written from
 docs/policies.md's recipe alone runs a whole seeded simulation."""
 import re
@@ -30,6 +30,17 @@ def test_every_part_of_every_profile_subclasses_its_seam(name):
     assert isinstance(p.matcher, Matcher)
     assert all(isinstance(f, Filter) for f in p.filters)
     assert isinstance(p.gate, Gate)
+
+
+def test_the_profiles_gates_switch_what_they_declare():
+    # (A compiled Gate base once hid DispatchGate's dataclass fields behind its own class-level
+    # False: the apollo profile then lost opportunistic tasks, lookahead and pipelining unseen.)
+    apollo, hfs, greedy = PROFILES["apollo"].gate, PROFILES["hfs-delay"].gate, PROFILES["greedy"].gate
+    assert (apollo.opportunistic, apollo.lookahead, apollo.pipelining) == (True, True, True)
+    assert (hfs.opportunistic, hfs.lookahead, hfs.pipelining) == (False, True, False)
+    assert (greedy.opportunistic, greedy.lookahead, greedy.pipelining) == (False, False, False)
+    assert apollo.describe() == ["opportunistic", "lookahead", "pipelining"]
+    assert apollo.describe(opportunistic=False) == ["lookahead", "pipelining"]
 
 
 def test_a_filter_overriding_nothing_changes_nothing():
