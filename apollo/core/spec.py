@@ -52,24 +52,29 @@ class StageSpec:
         return float(np.add.reduce(self.durations_s, dtype=np.float64)) / self.tasks if self.tasks else 0.0
 
     def validate(self, where: str = "") -> None:
-        at = f"{where}stage {self.name!r}"
+        # (the messages are made only for an error: a spec is checked on every job's path)
         if not self.name:
             raise SpecError(f"{where}a stage has an empty name")
         if self.tasks < 1:
-            raise SpecError(f"{at}: tasks must be >= 1, got {self.tasks}")
+            raise SpecError(f"{self._at(where)}: tasks must be >= 1, got {self.tasks}")
         if self.durations_s.shape != (self.tasks,):
-            raise SpecError(f"{at}: durations_s has shape {self.durations_s.shape}, expected ({self.tasks},)")
+            raise SpecError(f"{self._at(where)}: durations_s has shape {self.durations_s.shape}, "
+                            f"expected ({self.tasks},)")
         if not _finite_nonneg(self.durations_s):
-            raise SpecError(f"{at}: durations_s must be finite and >= 0")
+            raise SpecError(f"{self._at(where)}: durations_s must be finite and >= 0")
         if not (self.cpu > 0) or not (self.mem_gb > 0):
-            raise SpecError(f"{at}: cpu and mem_gb must be > 0 (cpu={self.cpu}, mem_gb={self.mem_gb})")
+            raise SpecError(f"{self._at(where)}: cpu and mem_gb must be > 0 (cpu={self.cpu}, mem_gb={self.mem_gb})")
         if self.input_bytes is not None:
             if self.input_bytes.shape != (self.tasks,):
-                raise SpecError(f"{at}: input_bytes has shape {self.input_bytes.shape}, expected ({self.tasks},)")
+                raise SpecError(f"{self._at(where)}: input_bytes has shape {self.input_bytes.shape}, "
+                                f"expected ({self.tasks},)")
             if not _finite_nonneg(self.input_bytes):
-                raise SpecError(f"{at}: input_bytes must be finite and >= 0")
+                raise SpecError(f"{self._at(where)}: input_bytes must be finite and >= 0")
         if self.timeout_s is not None and not self.timeout_s > 0:
-            raise SpecError(f"{at}: timeout_s must be > 0")
+            raise SpecError(f"{self._at(where)}: timeout_s must be > 0")
+
+    def _at(self, where: str) -> str:
+        return f"{where}stage {self.name!r}"
 
 
 @dataclass(slots=True)
@@ -99,7 +104,10 @@ class JobSpec:
             raise SpecError(f"{where}job {self.name!r}: duplicate stage names {names}")
         known: set[str] = set()
         for s in self.stages:
-            s.validate(f"{where}job {self.name!r}: ")
+            try:
+                s.validate()
+            except SpecError as e:      # (named in full only for an error)
+                raise SpecError(f"{where}job {self.name!r}: {e}") from None
             for d in s.depends_on:
                 if d not in names:
                     raise SpecError(f"{where}job {self.name!r}: stage {s.name!r} depends on unknown stage {d!r}")

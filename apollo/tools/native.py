@@ -56,9 +56,11 @@ MODULES = ("apollo.core.clocks", "apollo.core.rows", "apollo.core.effects", "apo
            "rm.snapshot_columns", "rm.give_back", "rm.sharing_types",
            # the seams' base classes and the apollo profile's matcher and filter (every placement
            # pass calls them); the other policies stay interpreted and subclass the compiled bases
-           "jm.policies.base", "jm.policies.matchers", "jm.policies.deferral", "jm.stable_matching")
+           "jm.policies.base", "jm.policies.matchers", "jm.policies.deferral", "jm.stable_matching",
+           # job specs: decoded and checked at the RM and again at the JM host on every job's path
+           "apollo.core.spec")
 # The project modules those import: their sources are part of a build's identity too.
-DEPENDS = ("apollo.core.compiled", "apollo.core.nonzero", "apollo.core.shapes", "apollo.core.spec",
+DEPENDS = ("apollo.core.compiled", "apollo.core.nonzero", "apollo.core.shapes",
            "apollo.core.stragglers", "apollo.runtime.hugepages", "jm.policies",
            "jm.policies.opportunistic", "rm.clones", "rm.queues",
            "rm.sharing", "rm.store", "jm.config",
