@@ -246,7 +246,7 @@ class Placement:
         cpu = np.empty(B)
         for i, st in enumerate(tk.stages):
             m = sidx == i
-            if not m.any():
+            if not count_nonzero(m):
                 continue
             local = ids[m] - st.offset
             if st.reps is not None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from apollo.core.compiled import mypyc_attr
+from apollo.core.nonzero import count_nonzero
 
 from .queue_order import split_in_queue, user_floors
 from .share_kind import SharingKind
@@ -56,11 +57,11 @@ def capacity_shares(tree: QueueTree, capacity: float, leaf_demand: dict[str, flo
         want = d - base
         extra = np.zeros(len(kids))
         first = (g > 0) & (want > EPS)
-        if pool > EPS and first.any():
+        if pool > EPS and count_nonzero(first):
             extra[first] = water_fill(pool, want[first], g[first])
         left = pool - extra.sum()
         rest = (g <= 0) & (want > EPS)
-        if left > EPS and rest.any():
+        if left > EPS and count_nonzero(rest):
             extra[rest] = water_fill(left, want[rest], [q.children[i].weight for i in np.flatnonzero(rest)])
         share.update(zip(kids, (base + extra).tolist()))
     return sum_up(tree, share)
@@ -130,7 +131,7 @@ class CapacitySharing(SharingKind):
             held = np.bincount(users[m], weights=r.running[m], minlength=U)
             over = held - np.bincount(users[m], weights=r.allocation[m], minlength=U)
             out.user_spare[li] = np.maximum(over, 0.0)
-            if not (over > EPS).any():
+            if not count_nonzero(over > EPS):
                 continue
             codes, floor, _ = user_floors(q, r.shares[q.path], r.demand[m], r.rank[m], users[m])
             for u, short in zip(codes.tolist(), (floor - held[codes]).tolist()):

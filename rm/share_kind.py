@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from apollo.core.compiled import mypyc_attr
+from apollo.core.nonzero import count_nonzero
 
 from .give_back import take_back
 from .queue_order import ORDERS, runs_without_token, split_leaf
@@ -123,7 +124,7 @@ class SharingKind:
         # one already running keeps its tasks but is granted no token (Hadoop's FIFO gives the
         # next slot to the head of the line).
         starved = strict & (x <= EPS) & needs
-        if starved.any():
+        if count_nonzero(starved):
             back = [i for i in newly if starved[i] and not tokenless[i]]
             if back:
                 newly = [i for i in newly if not starved[i]]

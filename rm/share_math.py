@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from apollo.core.nonzero import count_nonzero
+
 if TYPE_CHECKING:
     from .queues import QueueTree
 
@@ -60,7 +62,7 @@ def whole_tokens(x: np.ndarray, total: int, must: np.ndarray | None = None) -> n
     base = np.floor(x + 1e-9).astype(np.int64)
     target = min(total, int(math.floor(float(x.sum()) + 1e-6)))
     keep = np.zeros(x.size, dtype=np.int64)             # the least each job may be cut to
-    if must is not None and must.any():
+    if must is not None and count_nonzero(must):
         # At most ``total`` jobs can be promised a token (admission keeps this from binding).
         m = np.flatnonzero(must)
         have = m[base[m] > 0][:total]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from apollo.core.compiled import mypyc_attr
+from apollo.core.nonzero import count_nonzero
 
 from .base import Filter
 from .batch import Batch, Cut
@@ -51,7 +52,7 @@ class Deferral(Filter):
         doubt = ec.stale_penalty * min(max(b.now - b.view.time, 0.0), ec.max_stale_s)  # the idle server's
         # reading is as old as the view
         # (no task reads input: start-up alone, the same floats as init_s + 0 / bandwidth)
-        start = io.init_s + b.in_bytes / io.remote_bytes_per_s if np.count_nonzero(b.in_bytes) else io.init_s
+        start = io.init_s + b.in_bytes / io.remote_bytes_per_s if count_nonzero(b.in_bytes) else io.init_s
         limit = start + b.runtime + cfg.placement.defer_s + doubt
         view, now = b.view, b.now
         return Cut("E", limit, lambda: view.has_idle(now))

@@ -19,6 +19,7 @@ import numpy as np
 
 from apollo.core.cluster import REMOTE
 from apollo.core.compiled import mypyc_attr
+from apollo.core.nonzero import count_nonzero
 
 from .. import estimate as est
 from ..stable_matching import UNMATCHED, greedy_match, seat_match, stable_match
@@ -170,7 +171,7 @@ class FreeSlot(SlotMatcher):
                 srv[i] = choice
                 free[choice] -= need
         ok = srv != UNMATCHED
-        if ok.any():
+        if count_nonzero(ok):
             where[ok] = est.localities(srv[ok, None], b.reps[ok], b.topology.rack_of)[:, 0]
         return srv, np.zeros(B), where
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from apollo.core.cluster import REMOTE
+from apollo.core.nonzero import count_nonzero
 
 from ..stable_matching import UNMATCHED
 from .batch import Batch
@@ -49,7 +50,7 @@ class SlotOffers(SlotMatcher):
         # only slots some task of the batch may take (with delay scheduling holding out for a
         # node-local slot, a few of the hundreds offered)
         for j in np.flatnonzero(b.valid.any(axis=0) & (free >= 1.0 - 1e-9)).tolist():
-            while free[j] >= 1.0 - 1e-9 and open_.any():
+            while free[j] >= 1.0 - 1e-9 and count_nonzero(open_):
                 col = np.where(open_ & (cpu <= free[j] + 1e-9), key[:, j], np.iinfo(np.int64).max)
                 t = int(col.argmin())
                 if col[t] == np.iinfo(np.int64).max:
@@ -58,6 +59,6 @@ class SlotOffers(SlotMatcher):
                 where[t] = b.loc[t, j]
                 free[j] -= cpu[t]
                 open_[t] = False
-            if not open_.any():
+            if not count_nonzero(open_):
                 break
         return srv, np.zeros(B), where
