@@ -8,8 +8,9 @@ DispatchConfig.retry_s while tasks wait, as Hadoop's heartbeat-driven assignment
 ``tokens`` names the RM's default sharing of tokens for the profile.
 
 The three seams are base classes with defaults for every member: Filter and Matcher in
-jm.policies.base, Gate in jm.policies.gate. Adding a policy: subclass one in a new module here, then add or change a
-profile line below (docs/policies.md has the recipe). JmState never looks at a profile's name.
+jm.policies.base, Gate in jm.policies.gate. Adding a policy: subclass one in a new module
+here, then add or change a profile line below (docs/policies.md has the recipe). JmState never
+looks at a profile's name.
 """
 from __future__ import annotations
 
