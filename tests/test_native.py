@@ -179,7 +179,7 @@ print(json.dumps({"native": native.loaded(), "report": r, "pools": r2}, sort_key
 @pytest.mark.live
 @pytest.mark.slow
 @pytest.mark.skipif(bool(native.missing_tools()), reason=f"cannot compile here: {native.missing_tools()}")
-def test_the_compiled_modules_give_the_same_report():
+def test_the_compiled_modules_give_the_same_report(tmp_path):
     # The build cache every command uses: a build is named after its sources and toolchain, so a
     # machine that built these sources once (apollo bench scale, an earlier run) does not again.
     env = dict(os.environ)
@@ -204,6 +204,21 @@ def test_the_compiled_modules_give_the_same_report():
         assert said == ("interpreted modules" if mode == "off" else "compiled modules (apollo.tools.native)")
         got[mode] = {k: v for k, v in json.loads(data[data.index("{"):]).items() if k != "wall_s"}
     assert got["off"] == got["auto"] == got["on"] and got["off"]["passed"] == 2
+    # so does `apollo simulate`, with the same report; a program calling main(argv) is never replaced
+    reports = {}
+    for mode in ("off", "auto"):
+        out = subprocess.run([sys.executable, "-m", "apollo.tools.cli", "simulate", "heavytail", "--jobs", "12",
+                              "--servers", "30", "--seed", "4", "--native", mode, "--json", str(tmp_path / f"{mode}.json")],
+                             capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.partition("\n")[0] == ("interpreted modules" if mode == "off"
+                                                 else "compiled modules (apollo.tools.native)")
+        reports[mode] = {k: v for k, v in json.loads((tmp_path / f"{mode}.json").read_text()).items()
+                         if k != "throughput"}
+    assert reports["off"] == reports["auto"]
+    embedded = _run("from apollo.tools.cli import main; main(['simulate', 'heavytail', '--jobs', '3', "
+                    "'--servers', '10'])", env)
+    assert embedded.returncode == 0 and embedded.stdout.startswith("interpreted modules"), embedded.stderr
 
 
 COMPILED_CLUSTER = """

@@ -72,7 +72,7 @@ def _quiet_closed_pipe() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        return _main(list(sys.argv[1:] if argv is None else argv))
+        return _main(list(sys.argv[1:] if argv is None else argv), embedded=argv is not None)
     except BrokenPipeError:
         return _quiet_closed_pipe()
     except KeyboardInterrupt:
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], embedded: bool = False) -> int:
     parser = build_parser()
     if argv[:1] == ["bench"] and len(argv) > 1 and not argv[1].startswith("-"):
         # `apollo bench NAME ...`: the benchmark's own parser takes the rest (its --help included)
@@ -88,6 +88,7 @@ def _main(argv: list[str]) -> int:
         return offline._bench(args, argv[2:])
     args = parser.parse_args(argv)
     args.argv = argv               # (a command that runs again compiled: apollo.tools.native.relaunch)
+    args.embedded = embedded       # (called with an argv by a program, which exec must not replace)
     if args.cmd == "bench":        # `apollo bench` with no name
         parser.parse_args(["bench", "--help"])
     try:

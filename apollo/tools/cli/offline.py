@@ -42,6 +42,9 @@ def _simulate(args: argparse.Namespace) -> int:
     racks = args.racks or max(1, args.servers // 50)
     if racks > args.servers:
         raise SpecError(f"--racks {racks} is more than --servers {args.servers}")
+    if not args.embedded:
+        from apollo.tools import native
+        native.relaunch(args.argv, args.native, build_missing=False)   # (a program's call runs here)
     workload = load_workload(args.workload, seed=args.seed, cluster_servers=args.servers).first(args.jobs)
     if not workload.jobs:
         print(f"apollo simulate: workload {args.workload!r} has no jobs", file=sys.stderr)
@@ -74,6 +77,8 @@ def _simulate(args: argparse.Namespace) -> int:
             print(f"apollo simulate: --crash takes TIME:WHO:DOWN_FOR (WHO: a server number, rm, or jm:K), "
                   f"got {spec!r}", file=sys.stderr)
             return 2
+    from apollo.tools import native
+    print("compiled modules (apollo.tools.native)" if native.loaded() else "interpreted modules", flush=True)
     try:
         report = run_simulation(workload, cfg)
     except ValueError as e:
@@ -84,7 +89,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 def _chaos(args) -> int:
     from apollo.tools import native
-    if not args.cluster:      # (a sweep on a cluster simulates nothing here: its tasks run compiled)
+    if not args.cluster and not args.embedded:   # (a sweep on a cluster simulates nothing here)
         native.relaunch(args.argv, args.native, build_missing=False)
     from apollo.tools.chaos import run_chaos
     if args.as_task:
@@ -206,6 +211,9 @@ def register(sub) -> None:
     s.add_argument("--jm-hosts", type=count(1), default=1, help="JM host actors the RM spreads jobs over")
     s.add_argument("--crash", action="append", metavar="T:WHO:DOWN",
                    help="crash an actor at T for DOWN s: WHO is a server number, rm, or jm:K (JM host K)")
+    s.add_argument("--native", choices=("auto", "on", "off"), default="auto",
+                   help="the compiled modules (apollo.tools.native; the same report): auto uses them when "
+                        "built (`apollo bench scale` builds them), on builds them if need be")
 
     ch = sub.add_parser("chaos", help="seeded simulations with random faults; invariants checked every event")
     ch.set_defaults(run=_chaos)
