@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
@@ -106,26 +105,17 @@ async def await_holds_for(predicate: Callable[[], Any], seconds: float, what: st
 # ---------------------------------------------------------------------------- a live cluster's event files
 
 class Record(NamedTuple):
-    file: str          # the event file's name, e.g. "events-jm0.jsonl"
+    file: str          # the event file's name, e.g. "events-jm0.msgpack"
     kind: str
     now: float
     data: list
 
 
 def records(folder: Path, *kinds: str) -> list[Record]:
-    """Every record of ``kinds`` (all kinds if none) in a cluster's ``events-*.jsonl``, file by
-    file in name order, each file in its order. Attempts and job outcomes as the tools read them:
-    ``apollo.tools.replay.read_events``."""
-    out = []
-    for f in sorted(Path(folder).glob("events-*.jsonl")):
-        for line in f.read_text().splitlines():
-            try:
-                kind, now, data = json.loads(line)
-            except ValueError:
-                continue                       # a line cut short by a kill
-            if not kinds or kind in kinds:
-                out.append(Record(f.name, kind, now, data))
-    return out
+    """Every record of ``kinds`` (all kinds if none) in a cluster's event files, file by file in
+    name order, each file in its order, as the tools read them (apollo.tools.eventlog)."""
+    from apollo.tools import eventlog
+    return [Record(*r) for r in eventlog.records(Path(folder), *kinds)]
 
 
 # ---------------------------------------------------------------------------- seeded simulations

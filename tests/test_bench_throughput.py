@@ -5,6 +5,7 @@ import asyncio
 import json
 import sys
 
+import msgpack
 import numpy as np
 import pytest
 
@@ -211,24 +212,47 @@ def test_weighted_pick_draws_as_numpy_choice():
 # ---------------------------------------------------------------------------- live runtime pieces
 
 def test_event_file_buffers_within_an_iteration_and_flushes(tmp_path):
-    from apollo.tools.process import EventFile
-    f = EventFile(tmp_path / "ev.jsonl")
+    from apollo.tools import eventlog
+    ev = tmp_path / "events-x.msgpack"
+    f = eventlog.EventFile(ev)
+
+    def read() -> list:
+        return [[kind, now, data] for _, kind, now, data in eventlog.records(tmp_path)]
 
     async def go():
         f("attempt", (1, 2.5, True), 0.1)
-        f("decisions", (3,), 0.2)
+        f("decisions", (np.int64(3),), 0.2)   # (numpy's numbers recorded as Python's)
         f("job_started", (1,), 0.2)          # not a recorded kind
-        before = (tmp_path / "ev.jsonl").read_text()
+        before = ev.read_bytes()
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         return before
     before = asyncio.run(go())
-    assert before == ""
-    lines = [json.loads(x) for x in (tmp_path / "ev.jsonl").read_text().splitlines()]
-    assert lines == [["attempt", 0.1, [1, 2.5, True]], ["decisions", 0.2, [3]]]
+    assert before == b""
+    assert read() == [["attempt", 0.1, [1, 2.5, True]], ["decisions", 0.2, [3]]]
     f("job_done", (1,), 0.3)                 # no running loop: written at once
     f.close()
-    assert json.loads((tmp_path / "ev.jsonl").read_text().splitlines()[-1]) == ["job_done", 0.3, [1]]
+    assert read()[-1] == ["job_done", 0.3, [1]]
+
+
+def test_event_files_keep_whole_records_after_a_write_cut_short(tmp_path):
+    from apollo.tools import eventlog
+    from apollo.tools.client import EventTail
+    ev = tmp_path / "events-jm0.msgpack"
+    f = eventlog.EventFile(ev)
+    f("attempt", (1, 0, 2.0), 1.0)
+    f.close()
+    whole = ev.read_bytes()
+    with open(ev, "ab") as out:              # a kill in the middle of the next record's write
+        out.write(msgpack.packb(["attempt", 2.0, [2, 0, 3.0]])[:-3])
+    tail = EventTail(tmp_path)
+    assert tail.poll() == [(1, 0, 2.0)]      # the partial record is left, as one still being written
+    f = eventlog.EventFile(ev)               # the process again: the partial record is cut off
+    assert ev.read_bytes() == whole
+    f("attempt", (3, 0, 4.0), 5.0)
+    f.close()
+    assert [r[3] for r in eventlog.records(tmp_path, "attempt")] == [[1, 0, 2.0], [3, 0, 4.0]]
+    assert tail.poll() == [(1, 0, 2.0), (3, 0, 4.0)]
 
 
 class _Exits:

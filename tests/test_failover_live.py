@@ -87,7 +87,7 @@ def test_job_completes_after_its_jm_host_is_killed_mid_job(cluster):
     assert any(r.data[0] == f"jmhost:{k}" for r in records(folder, "host_dead")), "no 'host_dead' record"
 
     # The survivor's records: attempts it adopted (the PNs held them) and tasks it ran again.
-    survivor_file = f"events-jm{1 - k}.jsonl"
+    survivor_file = f"events-jm{1 - k}.msgpack"
     wait_until(lambda: sum(r.data[A_JOB] == job and r.data[A_OUTCOME] == "done"
                            for r in records(folder, "attempt") if r.file == survivor_file) > 0, 5,
                "the survivor's attempt records")
@@ -96,7 +96,7 @@ def test_job_completes_after_its_jm_host_is_killed_mid_job(cluster):
     rerun = {a[A_TASK] for a in mine if a[A_ATTEMPT] >= GEN_BASE and a[A_TASK] not in adopted}
     adopted_done = {a[A_TASK] for a in mine if a[A_ATTEMPT] < GEN_BASE and a[A_OUTCOME] == "done"}
     dead_done = {r.data[A_TASK] for r in records(folder, "attempt")
-                 if r.file == f"events-jm{k}.jsonl" and r.data[A_JOB] == job and r.data[A_OUTCOME] == "done"}
+                 if r.file == f"events-jm{k}.msgpack" and r.data[A_JOB] == job and r.data[A_OUTCOME] == "done"}
     print(f"\nJM host jmhost:{k} killed mid-job ({n} tasks x 0.6 s on 16 slots): job done "
           f"{after_s:.1f} s after the kill; the dead host had recorded {len(dead_done)} tasks done; "
           f"the survivor adopted {len(adopted)} attempts ({len(adopted_done)} of them finished there, "
@@ -183,7 +183,7 @@ def test_a_restarted_jm_host_rejoins(cluster):
     assert new != old
 
     def back() -> bool:
-        rm = [r for r in records(folder, "host_dead", "host_up") if r.file == "events-rm.jsonl"]
+        rm = [r for r in records(folder, "host_dead", "host_up") if r.file == "events-rm.msgpack"]
         last_dead = max((i for i, r in enumerate(rm) if r.kind == "host_dead" and r.data[0] == f"jmhost:{k}"),
                         default=None)
         return last_dead is not None and any(r.kind == "host_up" and r.data[0] == f"jmhost:{k}"

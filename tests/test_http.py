@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import aiohttp
+import msgpack
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -84,7 +85,7 @@ async def test_heartbeats_and_records_reach_the_metrics_and_a_token_is_asked_off
              A(7, 0, 0, 1, 2, 0, 1.5, 1.6, 2.0, 3.0, "done", False, 1.0, True),
              A(7, 0, 1, 1, 3, 2, 1.5, 1.5, 1.75, 3.0, "done", False, 1.0, False),
              ["job_done", 3.0, [7, True, 1.0, 3.0, 2, ""]]]
-    (folder / "events-jm.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (folder / "events-jm.msgpack").write_bytes(b"".join(msgpack.packb(x) for x in lines))
     runner = await start_http(_Runtime(), rm, folder)
     assert runner is not None
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import secrets
 import sqlite3
 from collections import Counter
@@ -19,6 +18,7 @@ from pathlib import Path
 from apollo.core.messages import CancelJob, JobAccepted, JobDone, JobQuery, SubmitJob
 from apollo.runtime.live import LiveRuntime
 from apollo.core.spec import JobSpec, SpecError
+from apollo.tools import eventlog
 
 
 @dataclass
@@ -50,24 +50,8 @@ class JobStatus:
         return sum(s.done for s in self.stages)
 
 
-PARSE_LINES = 500
-
-
-def _parse_lines(lines: list[bytes]) -> list:
-    try:
-        return json.loads(b"[" + b",".join(lines) + b"]")
-    except ValueError:
-        rows = []
-        for line in lines:
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                continue                          # a line cut short by a crash
-        return rows
-
-
 class EventTail:
-    """The cluster's report records (events-*.jsonl in its folder), read incrementally.
+    """The cluster's report records (its event files, apollo.tools.eventlog), read incrementally.
 
     ``kinds``: the record kinds kept, each in ``records[kind]`` as its data tuple (``attempts``
     is ``records["attempt"]``). ``keep=False``: every poll() starts the lists afresh, so they
@@ -82,7 +66,6 @@ class EventTail:
         self.folder = folder
         self.max_bytes = max_bytes
         self.kinds = frozenset(kinds) | {"attempt"}
-        self._wanted = tuple(b'["' + k.encode() + b'",' for k in sorted(self.kinds))   # how their lines start
         self.keep = keep
         self._offsets: dict[Path, int] = {}
         self.records: dict[str, list[tuple]] = {k: [] for k in self.kinds}
@@ -93,24 +76,19 @@ class EventTail:
             self.records = {k: [] for k in self.kinds}
             self.attempts = self.records["attempt"]
         records = self.records
-        for f in sorted(self.folder.glob("events-*.jsonl")):
+        for f in sorted(self.folder.glob(eventlog.PATTERN)):
             at = self._offsets.get(f, 0)
             with open(f, "rb") as fh:
                 if at > fh.seek(0, 2):
                     at = 0                            # emptied since the last poll
                 fh.seek(at)
                 chunk = fh.read(self.max_bytes)
-            end = chunk.rfind(b"\n") + 1          # a line still being written waits
-            self._offsets[f] = at + end
-            # Lines of the kinds kept, parsed PARSE_LINES at a time as one JSON array (one call, not
-            # one a line: the RM's HTTP face reads every record of a busy cluster; and not all in
-            # one: a call holds the GIL throughout, and the RM's loop waits on it). A line that
-            # does not parse (cut short by a crash) spoils its batch, then read line by line.
-            lines = [x for x in chunk[:end].splitlines() if x.startswith(self._wanted) or not x.startswith(b'["')]
-            for i in range(0, len(lines), PARSE_LINES):
-                for row in _parse_lines(lines[i:i + PARSE_LINES]):
-                    if type(row) is list and len(row) == 3 and row[0] in records:
-                        records[row[0]].append(tuple(row[2]))
+            rows, used = eventlog.read_from(chunk, str(f))     # (a record still being written waits)
+            self._offsets[f] = at + used
+            for kind, _, data in rows:
+                got = records.get(kind)
+                if got is not None:
+                    got.append(tuple(data))
         return self.attempts
 
 

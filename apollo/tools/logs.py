@@ -12,7 +12,7 @@ Fetching. ``LogReader`` rides an entered apollo.tools.client.Client (the cluster
 The processes hosting PNs come from cluster.json and the registrar's grants
 (DIR/joined.json: joined machines too); each is asked which attempts of the job it holds
 (``listings``). ``job_attempts`` joins those listings with the job's attempt records
-(events-*.jsonl: where each ended attempt ran and how it ended); ``last_attempt`` picks the
+(events-*.msgpack: where each ended attempt ran and how it ended); ``last_attempt`` picks the
 attempt shown for a task. Nothing reads another machine's disk.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ Roles: ``rm`` (the Resource Monitor with its SQLite job store), ``jm`` (a JM hos
 and ``pn`` (a host of several PN actors). Addresses come from DIR/cluster.json,
 which the launcher writes before starting anyone, so every process knows
 every route from the start. Report records (the actors' Log effects) go to
-DIR/events-ROLE[K].jsonl; the process log to DIR/ROLE[K].log.
+DIR/events-ROLE[K].msgpack (apollo.tools.eventlog); the process log to DIR/ROLE[K].log.
 """
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Callable
 
 from apollo.core.cluster import IoModel, Topology
+from apollo.tools import eventlog
+from apollo.tools.eventlog import EventFile
 from apollo.tools.join import JoinStore, Registrar
 from apollo.tools.livecluster import process_name
 from apollo.tools.logs import add_log_service
@@ -33,56 +35,6 @@ from pn.state import PnConfig, PnState
 from rm.queues import load_queue_file
 from rm.state import RmConfig, RmState, single_queue
 from rm.store import CHECKPOINT_S, SqliteJobStore
-
-# (job_admitted and allocation: the report's per-queue figures; the last five: its control counts)
-RECORDED = {"attempt", "job_done", "job_submitted", "job_refused", "decisions", "preempted", "upgraded", "warn",
-            "job_admitted", "allocation", "adopted", "rehomed", "host_dead", "host_up", "released"}
-
-
-class EventFile:
-    """Appends the actors' report records as JSON lines.
-
-    Records are buffered and written with one write per event-loop iteration, not one per line:
-    the first record of an iteration schedules the write for the end of the next one
-    (``call_soon`` twice), after the transport has sent the messages of the handler that
-    produced it (the transport flushes with ``call_soon`` too), so a file write never delays a
-    message. The JSON is made then too, not in the handler's wake: a record costs the
-    critical path one list append. A crashed process loses at most the records of its last
-    two iterations. Outside a running loop every record is written at once.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.f = open(path, "a", buffering=1 << 16)
-        self._dumps = json.JSONEncoder(default=float).encode
-        self._lines: list[tuple] = []
-        self._armed = False
-
-    def __call__(self, kind: str, data: tuple, now: float) -> None:
-        if kind in RECORDED:
-            self._lines.append((kind, now, data))
-            if not self._armed:
-                try:
-                    loop = asyncio.get_running_loop()
-                except RuntimeError:
-                    self.flush()
-                else:
-                    self._armed = True
-                    loop.call_soon(loop.call_soon, self.flush)
-        if kind == "warn":
-            logging.getLogger("apollo.actor").warning("%s", data)
-
-    def flush(self) -> None:
-        self._armed = False
-        if self._lines:
-            lines, self._lines = self._lines, []
-            dumps = self._dumps
-            self.f.write("\n".join([dumps([kind, now, list(data)]) for kind, now, data in lines]) + "\n")
-        self.f.flush()
-
-    def close(self) -> None:
-        self.flush()
-        self.f.close()
-
 
 # JM hosts report their jobs to the RM this often; one silent for HOST_DEAD_AFTER_S is dead and
 # its jobs move to another host (a few missed reports: a busy host is late, not dead).
@@ -121,7 +73,7 @@ def build_runtime(folder: Path, role: str, index: int) -> tuple[LiveRuntime, dic
     info, secret = load_cluster(folder)
     me = next(p for p in info["processes"] if p["role"] == role and p.get("index", 0) == index)
     name = process_name(role, index)
-    rt = LiveRuntime(secret, log_sink=EventFile(folder / f"events-{name}.jsonl"),
+    rt = LiveRuntime(secret, log_sink=EventFile(eventlog.path(folder, name)),
                      workdir=str(folder / "work" / name), epoch=info["epoch"], io=io_model(info["config"]),
                      listen_host=me["address"].rsplit(":", 1)[0])
     add_actors(rt, info, me, folder)
@@ -289,7 +241,7 @@ async def join_cluster(rm: str, secret: bytes, kind: str, folder: Path, *, pns: 
     from apollo.tools.livecluster import ClusterError
     folder.mkdir(parents=True, exist_ok=True)
     tag = tag or f"{kind}-{secrets.token_hex(3)}"     # (names its records and work folder)
-    rt = LiveRuntime(secret, log_sink=EventFile(folder / f"events-joined-{tag}.jsonl"),
+    rt = LiveRuntime(secret, log_sink=EventFile(eventlog.path(folder, f"joined-{tag}")),
                      workdir=str(folder / "work" / tag), listen_host=bind)
     answer = _JoinAnswer()
     inbox = f"joiner:{tag}"

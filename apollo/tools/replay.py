@@ -12,6 +12,7 @@ import json
 import time
 from pathlib import Path
 
+from apollo.tools import eventlog
 from apollo.tools.client import Client
 from apollo.core.records import Recorder
 from apollo.tools.report import build_report
@@ -30,13 +31,8 @@ def _speed_up(job: JobSpec, x: float) -> JobSpec:
 
 def read_events(folder: Path, since: float = 0.0) -> Recorder:
     rec = Recorder()
-    for f in sorted(folder.glob("events-*.jsonl")):
-        for line in f.read_text().splitlines():
-            try:
-                kind, now, data = json.loads(line)
-            except ValueError:
-                continue   # a line cut short by a crash
-            rec(kind, tuple(data), now)
+    for _, kind, now, data in eventlog.records(folder):
+        rec(kind, tuple(data), now)
     return rec
 
 
@@ -44,8 +40,7 @@ async def replay(folder: Path, workload: Workload, speedup: float = 1.0, on_prog
                  timeout_s: float = 600.0) -> tuple[dict, Recorder]:
     folder = Path(folder).expanduser()
     info = json.loads((folder / "cluster.json").read_text())
-    for f in folder.glob("events-*.jsonl"):
-        f.write_text("")       # this run's records only
+    eventlog.empty(folder)       # this run's records only
     jobs = [_speed_up(j, speedup) for j in workload.jobs]
     total_tasks = sum(j.total_tasks for j in jobs)
     state = {"submitted": 0, "done": 0, "failed": 0, "tasks_done": 0, "total_jobs": len(jobs),
