@@ -178,6 +178,10 @@ class Executor:
 
     # ---- internals ---------------------------------------------------------------------
     def _finish(self, key: tuple, r: _Running, ev: TaskExited) -> None:
+        # (the timer's handle holds r, and r its handle: let go of it, so that r is freed when
+        # it leaves ``running`` and not by the cyclic collector, which found ~12 objects a task
+        # in a PN process: ~20% of its CPU at 16,000 no-op tasks/s)
+        r.timer = None
         if self.running.get(key) is not r or r.killed:
             return
         del self.running[key]
@@ -192,6 +196,7 @@ class Executor:
         self.killed += 1
         if r.timer is not None:
             r.timer.cancel()
+            r.timer = None
         if r.proc is not None and r.proc.returncode is None:
             self._signal(r.proc, signal.SIGTERM)
             # then SIGKILL for whatever of the group is left, even if the leader went on TERM
