@@ -298,10 +298,12 @@ class Client:
         deadline = loop.time() + timeout_s
         answer = self.inbox.answers[key] = loop.create_future()
         # Resent by a timer, not a task per submission: a submit is on every job's critical path.
-        resend = None
+        # [the timer, again]: emptied when answered (``again`` reaches itself through the list,
+        # not through its own name, so that a submission's objects go with their last reference
+        # and not to the cyclic collector, which a busy client otherwise runs every few hundred jobs)
+        resend: list = [None, None]
 
         def again() -> None:
-            nonlocal resend
             if answer.done():
                 return
             try:
@@ -316,14 +318,16 @@ class Client:
             if self.on_retry is not None:
                 self.on_retry(self._not_answering(retry_s=left))
             self.rt.inject("rm", msg)
-            resend = loop.call_later(min(RETRY_S, left), again)
+            resend[0] = loop.call_later(min(RETRY_S, left), resend[1])
+        resend[1] = again
         try:
             self.rt.inject("rm", msg)
-            resend = loop.call_later(min(RETRY_S, timeout_s), again)
+            resend[0] = loop.call_later(min(RETRY_S, timeout_s), again)
             ans: JobAccepted = await answer
         finally:
-            if resend is not None:        # (None: the first send raised, which goes on up)
-                resend.cancel()
+            if resend[0] is not None:        # (None: the first send raised, which goes on up)
+                resend[0].cancel()
+            resend.clear()
             self.inbox.answers.pop(key, None)
         if not ans.accepted:
             raise SpecError(f"job {spec.name!r} refused: {ans.reason}")
@@ -345,6 +349,7 @@ class Client:
         finally:
             if poll is not None:
                 poll[0].cancel()
+                poll.clear()
             if (not f.done() or f.cancelled()) and f in waiters:
                 waiters.remove(f)
                 if not waiters and self.inbox.waiters.get(job_id) is waiters:
@@ -355,7 +360,7 @@ class Client:
         spec does not ride along again); the RM answers about a finished job with its JobDone
         (both copies of the first may be lost: the RM restarted, the JM host died), and about a
         key it holds no job for with a refusal, on which the job is submitted again. Returns
-        [the timer handle] (cancel it when done)."""
+        [the timer handle, the function] (cancel the one and empty the list when done)."""
         loop = asyncio.get_running_loop()
         handle: list = []
         query = JobQuery(self._asked[job_id].key, self.address)
@@ -363,8 +368,8 @@ class Client:
         def again() -> None:
             if not f.done():
                 self.rt.inject("rm", query)
-                handle[0] = loop.call_later(POLL_S, again)
-        handle.append(loop.call_later(POLL_S, again))
+                handle[0] = loop.call_later(POLL_S, handle[1])
+        handle.extend((loop.call_later(POLL_S, again), again))    # (emptied by wait: as submit's)
         return handle
 
     def _submit_again(self, key: str) -> None:
