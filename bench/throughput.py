@@ -12,7 +12,9 @@ Measured on this machine, every system with real processes on loopback:
   Dask: N ``client.submit(noop, pure=False)`` then ``wait``; Ray: N ``noop.remote()`` then
   ``ray.get``).
 - ``roundtrip_ms``: median latency of one no-op task submitted alone and waited for, repeated
-  sequentially (Apollo: a 1-task job, submit -> JobDone at the client).
+  sequentially (Apollo: a 1-task job, submit -> JobDone at the client). Apollo's
+  ``roundtrip_cpu_us``: the CPU each of the cluster's processes (and the client) spent per
+  round trip meanwhile (Linux' /proc/PID/schedstat), steadier than the wall figure here.
 - ``short_task_efficiency``: ``--short-tasks`` tasks of ``--short-ms`` each on 2 slots; the
   ideal makespan (tasks x duration / 2) over the measured one (submission to last completion).
 
@@ -91,6 +93,22 @@ async def _apollo_noop(c, tasks: int) -> float:
     return took
 
 
+def _cpu_ns(folder: Path) -> dict[str, int]:
+    """CPU time so far (ns, /proc/PID/schedstat) of each of the cluster's processes, by role,
+    and of this one (the client): what a round trip costs each, a figure this shared machine's
+    wall-time noise (+-15% between runs) leaves readable. Empty off Linux."""
+    try:
+        info = json.loads((folder / "cluster.json").read_text())
+        got = {"client": int(Path("/proc/self/schedstat").read_text().split()[0])}
+        for p in info["processes"]:
+            if p.get("pid"):
+                name = p["role"] + str(p.get("index", 0))
+                got[name] = int(Path(f"/proc/{p['pid']}/schedstat").read_text().split()[0])
+        return got
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
 async def _apollo_runs(folder: Path, noop_tasks: int, roundtrips: int, short_tasks: int,
                        short_s: float) -> dict:
     from apollo.tools.client import Client
@@ -104,13 +122,17 @@ async def _apollo_runs(folder: Path, noop_tasks: int, roundtrips: int, short_tas
             out["noop_wall_s"] = took
         if roundtrips:
             lat = []
+            cpu0 = _cpu_ns(folder)
             for _ in range(roundtrips):
                 t0 = time.perf_counter()
                 done = await c.wait(await c.submit(_job("one", 1, 0.0)))
                 lat.append(time.perf_counter() - t0)
                 if not done.ok:
                     raise RuntimeError(f"1-task job failed: {done.reason}")
+            cpu1 = _cpu_ns(folder)
             out["roundtrip_ms"], out["roundtrip_p90_ms"] = _median_ms(lat)
+            if cpu0 and cpu1:
+                out["roundtrip_cpu_us"] = {k: (cpu1[k] - cpu0[k]) / roundtrips / 1e3 for k in cpu0 if k in cpu1}
         if short_tasks:
             t0 = time.perf_counter()
             done = await c.wait(await c.submit(_job("short", short_tasks, short_s)))
@@ -345,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
                          "roundtrips": a.roundtrips, "short_tasks": a.short_tasks, "short_ms": a.short_ms,
                          "targets": {k: list(v) for k, v in TARGETS.items()}}
     print("\n".join(table({k: v for k, v in results.items() if k != "config"})))
+    cpu = results["apollo"].get("roundtrip_cpu_us")
+    if cpu:
+        print("CPU per 1-task round trip, us: " + ", ".join(f"{k} {v:.0f}" for k, v in cpu.items())
+              + f"; all {sum(cpu.values()):.0f}")
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=2) + "\n")
         print(f"results: {a.json}")

@@ -49,6 +49,9 @@ def test_tiny_bench_through_the_cli_writes_sane_numbers(tmp_path):
     assert 0.25 < a["short_task_efficiency"] <= 1.05
     assert 0 < a["startup_s"] < 15
     assert res["config"]["slots"] == 2 and res["config"]["short_ms"] == 10
+    if sys.platform.startswith("linux"):      # (each process's CPU per round trip: /proc/PID/schedstat)
+        cpu = a["roundtrip_cpu_us"]
+        assert {"client", "rm0", "jm0", "pn0"} <= set(cpu) and all(cpu[k] > 0 for k in ("client", "rm0", "jm0"))
 
 
 @pytest.mark.live
