@@ -14,7 +14,8 @@ Measured on this machine, every system with real processes on loopback:
 - ``roundtrip_ms``: median latency of one no-op task submitted alone and waited for, repeated
   sequentially (Apollo: a 1-task job, submit -> JobDone at the client). Apollo's
   ``roundtrip_cpu_us``: the CPU each of the cluster's processes (and the client) spent per
-  round trip meanwhile (Linux' /proc/PID/schedstat), steadier than the wall figure here.
+  round trip meanwhile (Linux' /proc/PID/schedstat): where the round trip's work is. (On this
+  shared 2-core machine it moves between runs about as much as the wall figure.)
 - ``short_task_efficiency``: ``--short-tasks`` tasks of ``--short-ms`` each on 2 slots; the
   ideal makespan (tasks x duration / 2) over the measured one (submission to last completion).
 
@@ -95,8 +96,7 @@ async def _apollo_noop(c, tasks: int) -> float:
 
 def _cpu_ns(folder: Path) -> dict[str, int]:
     """CPU time so far (ns, /proc/PID/schedstat) of each of the cluster's processes, by role,
-    and of this one (the client): what a round trip costs each, a figure this shared machine's
-    wall-time noise (+-15% between runs) leaves readable. Empty off Linux."""
+    and of this one (the client): what a round trip costs each. Empty off Linux."""
     try:
         info = json.loads((folder / "cluster.json").read_text())
         got = {"client": int(Path("/proc/self/schedstat").read_text().split()[0])}
