@@ -122,13 +122,22 @@ class EventFile:
 
 def _cut_partial_tail(file: Path) -> None:
     """Drop what follows the last whole record (a write cut short by a kill), so that records
-    appended after it read as records."""
+    appended after it read as records. (Streamed: a long-lived cluster's file can be large.)"""
     try:
-        data = file.read_bytes()
+        f = open(file, "rb")
     except FileNotFoundError:
         return
-    _, used = read_from(data, str(file))
-    if used < len(data):
-        log.warning("%s: dropped %d bytes after its last whole record", file, len(data) - used)
+    with f:
+        size = f.seek(0, 2)
+        f.seek(0)
+        u = msgpack.Unpacker(f, raw=False, strict_map_key=True, read_size=1 << 20)
+        used = 0
+        try:
+            for _ in u:
+                used = u.tell()
+        except (ValueError, msgpack.UnpackException) as e:
+            log.warning("%s: not an event record at byte %d (%s)", file, used, e)
+    if used < size:
+        log.warning("%s: dropped %d bytes after its last whole record", file, size - used)
         with open(file, "r+b") as f:
             f.truncate(used)
