@@ -393,6 +393,30 @@ def test_rm_restart_after_every_job_finished_does_not_reuse_job_ids(cluster):
     assert j2 != j1, f"job id {j1} was given to a second job after the RM restart"
 
 
+def test_a_client_leaves_nothing_to_the_cyclic_collector(cluster):
+    # A submission's and a wait's objects go with their last reference (b349a9f: a resend or
+    # poll timer and its closure held each other, ~14 objects a job).
+    folder = cluster.up(pns=2, racks=1, procs=1)
+    import gc
+
+    async def jobs():
+        async with Client(folder) as c:
+            await c.wait(await c.submit(synthetic("warm", 1, 0.0)), 20)
+            gc.collect()
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            try:
+                for i in range(10):
+                    assert (await c.wait(await c.submit(synthetic(f"j{i}", 1, 0.0)), 20)).ok
+                gc.collect()
+                return [type(o).__name__ for o in gc.garbage
+                        if type(o).__name__ in ("SubmitJob", "JobAccepted", "JobQuery", "JobDone", "TimerHandle")]
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+    left = run(jobs())
+    assert left == [], f"left to the cyclic collector: {collections.Counter(left)}"
+
+
 # ---------------------------------------------------------------------------- 5. down leaves nothing
 
 def test_cluster_down_leaves_no_process(cluster):
