@@ -38,12 +38,12 @@ def _simulate(args: argparse.Namespace) -> int:
     from apollo.workloads.assign import assign
     from rm.queues import load_queue_file
     from apollo.core.stragglers import model as straggler_model
+    from apollo.tools import native
 
     racks = args.racks or max(1, args.servers // 50)
     if racks > args.servers:
         raise SpecError(f"--racks {racks} is more than --servers {args.servers}")
     if not args.embedded:
-        from apollo.tools import native
         native.relaunch(args.argv, args.native, build_missing=False)   # (a program's call runs here)
     workload = load_workload(args.workload, seed=args.seed, cluster_servers=args.servers).first(args.jobs)
     if not workload.jobs:
@@ -77,7 +77,6 @@ def _simulate(args: argparse.Namespace) -> int:
             print(f"apollo simulate: --crash takes TIME:WHO:DOWN_FOR (WHO: a server number, rm, or jm:K), "
                   f"got {spec!r}", file=sys.stderr)
             return 2
-    from apollo.tools import native
     print("compiled modules (apollo.tools.native)" if native.loaded() else "interpreted modules", flush=True)
     try:
         report = run_simulation(workload, cfg)
