@@ -20,7 +20,6 @@ import math
 
 import numpy as np
 
-from apollo.core.nonzero import count_nonzero
 
 UNMATCHED = -1
 _SAVING_CAP = 1e12   # a task with a single option: losing it costs "everything"
@@ -60,35 +59,33 @@ def stable_match(cand: np.ndarray, cost: np.ndarray, max_rounds: int = 32,
     takes some server if any is left, however poor.
     """
     B, K = cost.shape
-    result = np.full(B, UNMATCHED, dtype=np.int64)
     if B == 0 or K == 0:
-        return result
+        return np.full(B, UNMATCHED, dtype=np.int64)
     if defer is not None:
         cost = np.where(cost <= defer[:, None], cost, np.inf)
     order = cost.argsort(axis=1, kind="stable")
     n_opts = np.add.reduce(np.isfinite(cost), axis=1).tolist()
-    match = np.array(_propose(cand, cost, order, n_opts, max_rounds, capacity,
-                              None if defer is None else defer.tolist()), dtype=np.int64)
-    ok = match >= 0
-    if count_nonzero(ok):
-        result[ok] = cand[np.flatnonzero(ok), match[ok]]
-    return result
+    got = _propose(cand, cost, order, n_opts, max_rounds, capacity, None if defer is None else defer.tolist())
+    return np.array(got, dtype=np.int64)
 
 
 def _propose(cand: np.ndarray, cost: np.ndarray, order: np.ndarray, n_opts: list[int], max_rounds: int,
              capacity: int, defer: list[float] | None) -> list[int]:
-    """The rounds of deferred acceptance: the column each task holds at the end (-1: none).
+    """The rounds of deferred acceptance: the server each task holds at the end (UNMATCHED:
+    none).
 
     In a round every free task proposes to the next server of its ``order``; a server that
     got proposals keeps, of them and the tasks it held, the ``capacity`` with the largest
     savings there (ties: the lower task id) and rejects the rest, which move one server on.
     A loop over the proposals themselves, not numpy calls per round: a batch of 50 tasks
     makes a few dozen proposals, where each round of array calls cost ~30 us whatever its
-    size; and a saving is worked out only where a server must choose. (Rounds as rounds, so
-    that ``max_rounds`` cuts where it always has.)"""
+    size; and a saving is worked out only where a server must choose, once per proposal.
+    (Items read where needed: converting the arrays to lists first cost more than the loop
+    at scale. Rounds as rounds, so that ``max_rounds`` cuts where it always has.)"""
     B = len(n_opts)
     ptr = [0] * B                       # position in the task's order: proposed to, or held
-    match = [-1] * B                    # column held
+    holds = [False] * B
+    sav = [math.nan] * B                # saving at its position (nan: not worked out yet)
     held: dict[int, list[int]] = {}     # server -> tasks holding it
     free = [b for b in range(B) if n_opts[b] > 0]
     rounds = 0
@@ -107,29 +104,40 @@ def _propose(cand: np.ndarray, cost: np.ndarray, order: np.ndarray, n_opts: list
             if keep is not None:
                 props.extend(keep)
             if len(props) > capacity:
-                ranked = sorted((-_saving(cost, order, b, order.item(b, ptr[b]), defer), b) for b in props)
-                props = [b for _, b in ranked[:capacity]]
-                for _, b in ranked[capacity:]:
-                    match[b] = -1
+                for b in props:
+                    if sav[b] != sav[b]:
+                        sav[b] = _saving(cost, order, b, ptr[b], defer)
+                if capacity == 1:       # (the one with the largest saving, the lowest id of ties)
+                    win = props[0]
+                    for b in props:
+                        if sav[b] > sav[win] or (sav[b] == sav[win] and b < win):
+                            win = b
+                    lost = [b for b in props if b != win]
+                    props = [win]
+                else:
+                    ranked = sorted([(-sav[b], b) for b in props])
+                    props = [b for _, b in ranked[:capacity]]
+                    lost = [b for _, b in ranked[capacity:]]
+                for b in lost:
+                    holds[b] = False
                     ptr[b] += 1
+                    sav[b] = math.nan
                     if ptr[b] < n_opts[b]:
                         free.append(b)
             for b in props:
-                match[b] = order.item(b, ptr[b])
+                holds[b] = True
             held[s] = props
-    return match
+    return [cand.item(b, order.item(b, ptr[b])) if holds[b] else UNMATCHED for b in range(B)]
 
 
-def _saving(cost: np.ndarray, order: np.ndarray, b: int, k: int, defer: list[float] | None) -> float:
-    """``savings(cost, defer)[b, k]`` for one finite entry, from the row's order: the task's
-    best alternative (its cheapest other candidate, or deferring) less this cost. (Tied best
-    costs give the same alternative whichever of them counts as the best.)"""
-    c: float = cost.item(b, k)
-    K = cost.shape[1]
-    if K == 1:
+def _saving(cost: np.ndarray, order: np.ndarray, b: int, p: int, defer: list[float] | None) -> float:
+    """``savings(cost, defer)`` of task ``b``'s ``p``-th cheapest candidate (a finite one), from
+    its order: its best alternative (its cheapest other candidate, or deferring) less this
+    cost. (Tied best costs give the same alternative whichever of them counts as the best.)"""
+    c: float = cost.item(b, order.item(b, p))
+    if cost.shape[1] == 1:
         return _SAVING_CAP if defer is None else min(_SAVING_CAP, defer[b] - c)
-    first: int = order.item(b, 0)
-    alt: float = cost.item(b, order.item(b, 1)) if k == first else cost.item(b, first)
+    alt: float = cost.item(b, order.item(b, 1 if p == 0 else 0))
     if defer is not None:
         alt = min(alt, defer[b])
     return alt - c if math.isfinite(alt) else _SAVING_CAP
