@@ -20,7 +20,6 @@ import math
 
 import numpy as np
 
-
 UNMATCHED = -1
 _SAVING_CAP = 1e12   # a task with a single option: losing it costs "everything"
 
