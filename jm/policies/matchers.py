@@ -27,12 +27,13 @@ from .base import Matcher
 from .batch import Batch
 
 
-def _most_picked(servers: list[int]) -> int:
-    """How many times the most chosen server of ``servers`` is chosen (np.unique's count
-    costs ~60 us on a batch of 50; a set answers the usual "every one differs" in ~3 us)."""
+def _picked(servers: list[int]) -> "Counter[int] | None":
+    """How many times each server of ``servers`` is chosen, or None when every one differs
+    (np.unique's count costs ~60 us on a batch of 50; a set answers the usual "every one
+    differs" in ~3 us)."""
     if len(set(servers)) == len(servers):
-        return 1
-    return max(Counter(servers).values())
+        return None
+    return Counter(servers)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -58,19 +59,19 @@ class StableMatching(Matcher):
         pick = srv[fin]
         rounds = b.cfg.placement.max_rounds
         if rounds >= 1:
-            picks = pick.tolist()
-            most = _most_picked(picks) if len(picks) > 1 else 1
+            counts = _picked(pick.tolist())
+            most = max(counts.values()) if counts is not None else 1
             if most <= cap:
                 return (np.where(fin, srv, UNMATCHED), np.where(fin, b.W[rows, best], 0.0),
                         np.where(fin, b.loc[rows, best], REMOTE))
-            if most <= rounds and _seats_hold_first_choices(b, srv, fin, picks, most):
+            if counts is not None and most <= rounds and _seats_hold_first_choices(b, srv, fin, counts, most):
                 # (what the seats' rounds would end in, without them: the pipeline reads the waits
                 # and localities at the servers, as after the seats)
                 return np.where(fin, srv, UNMATCHED).astype(np.int64), None, None
         return _match_seats(b, cap)
 
 
-def _seats_hold_first_choices(b: Batch, srv: np.ndarray, fin: np.ndarray, picks: list[int], most: int) -> bool:
+def _seats_hold_first_choices(b: Batch, srv: np.ndarray, fin: np.ndarray, counts: "Counter[int]", most: int) -> bool:
     """Whether the seats (``_match_seats``) would give every task its first choice: so when each
     server chosen first by several tasks has, for each of them, a seat at no extra wait per
     chooser (as many tasks of its size as it can start at once, and seats enough). The
@@ -82,9 +83,6 @@ def _seats_hold_first_choices(b: Batch, srv: np.ndarray, fin: np.ndarray, picks:
     Q = max(1, int(b.topology.cores))
     if Q == 1 or most > Q:
         return False
-    counts: dict[int, int] = {}
-    for s in picks:
-        counts[s] = counts.get(s, 0) + 1
     crowded: list[int] = []
     need: list[float] = []
     for i, (s, ok) in enumerate(zip(srv.tolist(), fin.tolist())):
