@@ -39,6 +39,14 @@ def candidate_rows(reps: np.ndarray, topo: Topology, lightly_loaded: np.ndarray,
                    per_rack: int = 2, n_light: int = 2, no_replicas: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(cand int64[B, K], valid bool[B, K]) for tasks whose replica servers are ``reps`` (-1: none;
     ``no_replicas``: the caller knows they are all -1, which is then not looked at)."""
+    if len(reps) == 1:
+        return _candidate_row(reps, topo, lightly_loaded, rng, per_rack, n_light, no_replicas)
+    return _candidate_arrays(reps, topo, lightly_loaded, rng, per_rack, n_light, no_replicas)
+
+
+def _candidate_arrays(reps: np.ndarray, topo: Topology, lightly_loaded: np.ndarray, rng, per_rack: int,
+                      n_light: int, no_replicas: bool) -> tuple[np.ndarray, np.ndarray]:
+    """candidate_rows for any number of tasks, as arrays."""
     B, w = reps.shape
     R = w * per_rack
     # One draw for every random choice (numpy's per-call cost dominates small batches, so this
@@ -70,3 +78,38 @@ def candidate_rows(reps: np.ndarray, topo: Topology, lightly_loaded: np.ndarray,
     valid[:, 0] = True
     np.not_equal(cand[:, 1:], cand[:, :-1], out=valid[:, 1:])
     return cand, valid
+
+
+def _candidate_row(reps: np.ndarray, topo: Topology, lightly_loaded: np.ndarray, rng, per_rack: int,
+                   n_light: int, no_replicas: bool) -> tuple[np.ndarray, np.ndarray]:
+    """candidate_rows for one task, on Python numbers (a job's start with one task, and every
+    token freed one at a time): the same draws, taken the same way, and the same row."""
+    w: int = reps.shape[1]       # (typed: compiled, the index arithmetic below is on C integers)
+    R = w * per_rack
+    u: list[float] = rng.random(2 * R + n_light).tolist()
+    n_pool = len(lightly_loaded)
+    # (floats: numpy multiplies a draw by a count as doubles, and so, compiled, do these)
+    pool = float(n_pool or topo.servers)
+    row: list[int] = []
+    for k in range(2 * R, 2 * R + n_light):
+        i = int(u[k] * pool)
+        row.append(int(lightly_loaded.item(i)) if n_pool else i)
+    servers = float(topo.servers)
+    rep: list[int] = [-1] * w if no_replicas else reps[0].tolist()
+    start, size = _rack_spans(topo)
+    for j in range(w):                 # the replicas' servers (a random server for a missing one)
+        r = rep[j]
+        row.append(r if r >= 0 else int(u[R + j] * servers))
+    for c in range(R):                 # per replica, per_rack servers of its rack (or anywhere)
+        r = rep[c // per_rack]
+        if r >= 0:
+            first: int = start.item(r)
+            span: int = size.item(r)
+            row.append(first + int(u[c] * float(span)))
+        else:
+            row.append(int(u[R + c] * servers))
+    row.sort()
+    valid = [True]
+    for j in range(1, len(row)):
+        valid.append(row[j] != row[j - 1])
+    return np.array([row], dtype=np.int64), np.array([valid])

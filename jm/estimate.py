@@ -116,8 +116,18 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
     """(C, E, W) float[B, K] for candidate matrix ``cand``; entries of C that are no choice (a
     dead server, a shape it never fits, a candidate not ``valid``) are inf.
 
-    (Written for few calls into numpy: a batch of one task, the common case at a job's start,
-    pays numpy's per-call cost and not its per-element one.)"""
+    (A batch of one task, the common case at a job's start, is priced on Python numbers,
+    _costs_one; more tasks as arrays, in few numpy calls: the same floats either way.)"""
+    if len(cand) == 1 and cand.shape[1] <= ONE_TASK_MAX_K:
+        return _costs_one(cand, loc, in_bytes.item(0), runtime.item(0), shape_idx.item(0), cpu.item(0), now, view,
+                          fail_rate, io, cfg, rng, valid)
+    return _costs_rows(cand, loc, in_bytes, runtime, shape_idx, cpu, now, view, fail_rate, io, cfg, rng, valid)
+
+
+def _costs_rows(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.ndarray,
+                shape_idx: np.ndarray, cpu: np.ndarray, now: float, view: ViewCache, fail_rate: np.ndarray | None,
+                io: IoModel, cfg: EstimateConfig, rng, valid: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """costs() as arrays, any number of tasks at once."""
     # (no task reads input: start-up alone, the same floats as init_s + 0 / bandwidth per pair)
     I: Any = io.init_s + in_bytes[:, None] / bandwidths(io).take(loc) if count_nonzero(in_bytes) else io.init_s
     wait = view.matrices[cand, shape_idx[:, None]]      # (float32: the arithmetic below is float64)
@@ -152,3 +162,92 @@ def costs(cand: np.ndarray, loc: np.ndarray, in_bytes: np.ndarray, runtime: np.n
     bad = (view.alive[cand] if valid is None else view.alive[cand] & valid) <= (wait >= 1e8)
     np.putmask(C, bad, np.inf)
     return C, E, W
+
+
+# Up to this many candidates, one task's costs are worked out candidate by candidate on Python
+# numbers (_costs_one): a job's start with one task, and every token freed one at a time, is on
+# the job's critical path, and there the ~40 numpy calls of the array form are most of the work.
+ONE_TASK_MAX_K: Final = 64
+INF: Final = float("inf")
+
+
+def _costs_one(cand: np.ndarray, loc: np.ndarray, in_b: float, runtime: float, shape: int, cpu: float, now: float,
+               view: ViewCache, fail_rate: np.ndarray | None, io: IoModel, cfg: EstimateConfig, rng,
+               valid: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """costs() of one task (``cand`` and ``loc`` of one row): the same floats, each step as the
+    array form takes it, in the same order (float32 readings widened exactly, IEEE arithmetic,
+    the tie noise drawn as one block of the row's length). A server met again in the row (a
+    repeated candidate: on a small cluster, most of them) is read once."""
+    servers: list[int] = cand[0].tolist()
+    k = len(servers)
+    locs: list[int] = loc[0].tolist()
+    oks: list[bool] = valid[0].tolist() if valid is not None else [True] * k
+    bw: list[float] = bandwidths(io).tolist()
+    init_s = io.init_s
+    stale = min(max(now - view.time, 0.0), cfg.max_stale_s)
+    prior, kfail = cfg.failure_prior, cfg.kfail
+    noise: list[float] = (rng.random(k) * cfg.tie_noise_s).tolist() if cfg.tie_noise_s > 0 else []
+    seen: dict[int, tuple[float, float, bool]] = {}     # server -> (its W, its failure odds, no choice)
+    C: list[float] = []
+    E: list[float] = []
+    W: list[float] = []
+    for i in range(k):
+        s = servers[i]
+        got = seen.get(s)
+        if got is None:
+            got = seen[s] = _server_terms(view, s, shape, cpu, now, stale, cfg.stale_penalty, fail_rate, prior)
+        w, p, never = got
+        e = ((init_s + in_b / bw[locs[i]]) if in_b != 0.0 else init_s) + w + runtime
+        c = (1.0 - p) * e + kfail * p * e
+        if noise:
+            c += noise[i]
+        if never or not oks[i]:
+            c = INF
+        C.append(c)
+        E.append(e)
+        W.append(w)
+    return np.array([C]), np.array([E]), np.array([W])
+
+
+
+def _server_terms(view: ViewCache, s: int, shape: int, cpu: float, now: float, stale: float, penalty: float,
+                  fail_rate: np.ndarray | None, prior: float) -> tuple[float, float, bool]:
+    """(W, failure odds, no choice) of server ``s`` for one task of grid shape ``shape`` needing
+    ``cpu`` CPUs: _costs_rows' arithmetic for one entry."""
+    wait: float = view.matrices.item(s, shape)
+    stamp: float = view.stamps.item(s)
+    elapsed = now - stamp
+    # (np.maximum and np.minimum keep their first argument on a tie or a NaN: so do these)
+    clock = elapsed if not elapsed < 0.0 else 0.0
+    drained = wait - clock
+    if drained < 0.0:
+        drained = 0.0
+    g = -1.0
+    if view.growing:
+        g = view.grows.item(s)
+        if g >= 0.0:
+            drained = wait + g * clock if wait > 0.0 else 0.0
+    w = drained + penalty * (clock if not clock > stale else stale)
+    sent_at: float = view.sent_at.item(s)
+    if stamp <= sent_at + IN_FLIGHT_S:
+        # (add_pending_wait's: the CPU shapes that fit within the time since the reading, unless
+        # it grows, give the CPUs free, less this host's sends there)
+        el = elapsed if g < 0.0 else 0.0
+        row: list[float] = view.matrices[s].tolist()
+        step = len(view.mem_grid)
+        fits = 0
+        for j in range(len(view.cpu_grid)):
+            if row[j * step] <= el:
+                fits += 1
+        free: float = view.free_of_fits.item(fits)
+        sent_cpu: float = view.sent_cpu.item(s)
+        if free - sent_cpu < cpu - 1e-9:
+            sent_wait: float = view.sent_wait.item(s)
+            w += sent_wait
+    p = prior
+    if fail_rate is not None:
+        f: float = fail_rate.item(s)
+        if not f <= p:
+            p = f
+    alive: bool = view.alive.item(s)
+    return w, p, not alive or wait >= 1e8
