@@ -27,6 +27,9 @@ IN_FLIGHT_S: Final = 0.005
 # Up to this many servers, _fits compares all CPU columns in one step (measured crossover ~80:
 # below it the fewer numpy calls win, above it the reduction's per-server loop does not).
 _ONE_SHOT_FITS: Final = 64
+# Up to this many servers, _free_cpus works each one out on Python numbers (_free_one): the ~12 numpy
+# calls of the array form cost more than the servers themselves.
+FEW_SERVERS: Final = 8
 
 
 class ViewCache:
@@ -120,23 +123,27 @@ class ViewCache:
     def free_cpu(self, servers: np.ndarray, now: float) -> np.ndarray:
         """CPUs free at ``now`` per the servers' readings (largest grid shape with no wait, at the
         smallest memory), less what this host sent since those readings."""
-        return self._free_and_pending(servers, now)[0]
+        return self._free_cpus(servers, now, False)
 
     def free_cpu_reported(self, servers: np.ndarray) -> np.ndarray:
         """CPUs free per the servers' readings when they were taken (a slot the server said was
         free, not one its running tasks are expected to have freed by now), less what this host
         sent since: what a slot-based scheduler may count on without queueing behind a task
         that runs longer than expected."""
-        return self._free_and_pending(servers, 0.0, as_reported=True)[0]
+        return self._free_cpus(servers, 0.0, True)
 
-    def _free_and_pending(self, servers: np.ndarray, now: float, stamps: np.ndarray | None = None,
-                          as_reported: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """(free_cpu, mine): ``mine`` marks servers whose reading predates this host's last send
-        there (the sends are not in the reading yet). ``stamps``: their reading times, if known;
-        ``as_reported``: free when the reading was taken (else by ``now``, the waits counted down)."""
+    def _free_cpus(self, servers: np.ndarray, now: float, as_reported: bool) -> np.ndarray:
+        """The CPUs free on each of ``servers``: less this host's sends there where the reading
+        predates the last of them (the sends are not in the reading yet); ``as_reported``: free
+        when the reading was taken (else by ``now``, the waits counted down)."""
+        if servers.ndim == 1 and len(servers) <= FEW_SERVERS:
+            return np.array([self._free_one(s, now, as_reported) for s in servers.tolist()])
+        return self._free_rows(servers, now, as_reported)
+
+    def _free_rows(self, servers: np.ndarray, now: float, as_reported: bool) -> np.ndarray:
+        """_free_cpus as arrays, any number of servers at once."""
         # (take: the same gather as indexing, at a third of its cost for a 1-D index)
-        if stamps is None:
-            stamps = self.stamps.take(servers)
+        stamps = self.stamps.take(servers)
         mine = stamps <= self.sent_at.take(servers) + IN_FLIGHT_S
         elapsed: Any = 0.0 if as_reported else now - stamps
         if self.growing and not as_reported:
@@ -145,7 +152,31 @@ class ViewCache:
         free = self.free_of_fits.take(self._fits(servers, elapsed))
         if count_nonzero(mine):
             free = free - np.where(mine, self.sent_cpu.take(servers), 0.0)
-        return free, mine
+        return free
+
+    def _free_one(self, s: int, now: float, as_reported: bool) -> float:
+        """_free_cpus's arithmetic for one server, on Python numbers (a few servers: a job's crowded
+        first choices, a small cluster's idle finding), the same float."""
+        stamp: float = self.stamps.item(s)
+        elapsed = 0.0
+        if not as_reported:
+            elapsed = now - stamp
+            if self.growing:
+                g: float = self.grows.item(s)
+                if not g < 0.0:
+                    elapsed = 0.0
+        step = len(self.mem_grid)
+        row: list[float] = self.matrices[s].tolist()
+        fits = 0
+        for j in range(len(self.cpu_grid)):
+            if row[j * step] <= elapsed:
+                fits += 1
+        free: float = self.free_of_fits.item(fits)
+        sent_at: float = self.sent_at.item(s)
+        if stamp <= sent_at + IN_FLIGHT_S:
+            sent: float = self.sent_cpu.item(s)
+            free -= sent
+        return free
 
     def _fits(self, servers: np.ndarray, elapsed: Any) -> np.ndarray:
         """How many of the CPU shapes (at the smallest memory) each of ``servers`` could start
@@ -213,7 +244,7 @@ class ViewCache:
         # rest as adding 0.0 would)
         el = elapsed
         if self.growing:
-            el = np.where(self.grows[cand] < 0.0, el, 0.0)   # (as _free_and_pending)
+            el = np.where(self.grows[cand] < 0.0, el, 0.0)   # (as _free_cpus)
         free = self.free_of_fits.take(self._fits(cand, el)) - self.sent_cpu[cand]
         np.add(W, self.sent_wait[cand], out=W, where=mine & (free < cpu[:, None] - 1e-9))
 
