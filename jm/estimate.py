@@ -230,18 +230,8 @@ def _server_terms(view: ViewCache, s: int, shape: int, cpu: float, now: float, s
     w = drained + penalty * (clock if not clock > stale else stale)
     sent_at: float = view.sent_at.item(s)
     if stamp <= sent_at + IN_FLIGHT_S:
-        # (add_pending_wait's: the CPU shapes that fit within the time since the reading, unless
-        # it grows, give the CPUs free, less this host's sends there)
-        el = elapsed if g < 0.0 else 0.0
-        row: list[float] = view.matrices[s].tolist()
-        step = len(view.mem_grid)
-        fits = 0
-        for j in range(len(view.cpu_grid)):
-            if row[j * step] <= el:
-                fits += 1
-        free: float = view.free_of_fits.item(fits)
-        sent_cpu: float = view.sent_cpu.item(s)
-        if free - sent_cpu < cpu - 1e-9:
+        # (add_pending_wait's: the CPUs free, less this host's sends there, short of the task's)
+        if view.free_cpu_one(s, now) < cpu - 1e-9:
             sent_wait: float = view.sent_wait.item(s)
             w += sent_wait
     p = prior

@@ -27,7 +27,7 @@ IN_FLIGHT_S: Final = 0.005
 # Up to this many servers, _fits compares all CPU columns in one step (measured crossover ~80:
 # below it the fewer numpy calls win, above it the reduction's per-server loop does not).
 _ONE_SHOT_FITS: Final = 64
-# Up to this many servers, _free_cpus works each one out on Python numbers (_free_one): the ~12 numpy
+# Up to this many servers, _free_cpus works each one out on Python numbers (free_cpu_one): the ~12 numpy
 # calls of the array form cost more than the servers themselves.
 FEW_SERVERS: Final = 8
 
@@ -137,7 +137,7 @@ class ViewCache:
         predates the last of them (the sends are not in the reading yet); ``as_reported``: free
         when the reading was taken (else by ``now``, the waits counted down)."""
         if servers.ndim == 1 and len(servers) <= FEW_SERVERS:
-            return np.array([self._free_one(s, now, as_reported) for s in servers.tolist()])
+            return np.array([self.free_cpu_one(s, now, as_reported) for s in servers.tolist()])
         return self._free_rows(servers, now, as_reported)
 
     def _free_rows(self, servers: np.ndarray, now: float, as_reported: bool) -> np.ndarray:
@@ -154,9 +154,10 @@ class ViewCache:
             free = free - np.where(mine, self.sent_cpu.take(servers), 0.0)
         return free
 
-    def _free_one(self, s: int, now: float, as_reported: bool) -> float:
-        """_free_cpus's arithmetic for one server, on Python numbers (a few servers: a job's crowded
-        first choices, a small cluster's idle finding), the same float."""
+    def free_cpu_one(self, s: int, now: float, as_reported: bool = False) -> float:
+        """free_cpu (or free_cpu_reported) of server ``s`` on Python numbers, the same float (a
+        few servers: a job's crowded first choices, a small cluster's idle finding, one task's
+        costs)."""
         stamp: float = self.stamps.item(s)
         elapsed = 0.0
         if not as_reported:

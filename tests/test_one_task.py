@@ -101,10 +101,10 @@ def test_one_task_gets_the_candidates_the_array_form_gives(servers, racks, n_lig
 @given(cases(), st.booleans(), st.data())
 def test_a_few_servers_free_cpus_are_the_array_forms(case, as_reported, data):
     """The view's free CPUs of a few servers (a job's crowded first choices, a small cluster's idle
-    finding) on Python numbers (ViewCache._free_one) against the array form (_free_rows)."""
+    finding) on Python numbers (ViewCache.free_cpu_one) against the array form (_free_rows)."""
     v, _, _, _, _, _, now, _, _ = case
     servers = np.array(data.draw(st.lists(st.integers(0, SERVERS - 1), max_size=12)), dtype=np.int64)
     rows = v._free_rows(servers, now, as_reported)
-    few = np.array([v._free_one(s, now, as_reported) for s in servers.tolist()])
+    few = np.array([v.free_cpu_one(s, now, as_reported) for s in servers.tolist()])
     assert _same(rows, few), (rows, few)
     assert _same(v._free_cpus(servers, now, as_reported), rows)
