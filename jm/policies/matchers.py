@@ -13,6 +13,7 @@ waits/localities None: read them off the candidate the server was (the pipeline 
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import numpy as np
@@ -83,17 +84,22 @@ def _seats_hold_first_choices(b: Batch, srv: np.ndarray, fin: np.ndarray, counts
     Q = max(1, int(b.topology.cores))
     if Q == 1 or most > Q:
         return False
-    crowded: list[int] = []
-    need: list[float] = []
+    # (the seats' prices, on the crowded tasks' first choices only, one by one on Python numbers:
+    # two to four tasks, where a dozen numpy calls cost more than the tasks)
+    view, now, cores = b.view, b.now, b.topology.cores
+    cpu_of, runtime_of = b.cpu, b.runtime
     for i, (s, ok) in enumerate(zip(srv.tolist(), fin.tolist())):
-        if ok and counts[s] > 1:
-            crowded.append(i)
-            need.append(float(counts[s]))
-    idx = np.array(crowded, dtype=np.int64)
-    # (the same arithmetic as the seats' prices, on the crowded tasks' first choices only)
-    free = np.floor(b.view.free_cpu(srv.take(idx), b.now) / b.cpu.take(idx) + 1e-9)
-    load = b.runtime.take(idx) * b.cpu.take(idx) / b.topology.cores
-    return bool(np.all(np.maximum(free, 1.0) >= np.array(need)) and np.all(np.isfinite(load)))
+        if not ok or counts[s] < 2:
+            continue
+        cpu: float = cpu_of.item(i)
+        runtime: float = runtime_of.item(i)
+        if not math.isfinite(runtime * cpu / cores):
+            return False
+        q = view.free_cpu_one(s, now) / cpu + 1e-9
+        seats = q if not math.isfinite(q) else q // 1.0       # (np.floor: an inf stays inf)
+        if not (seats if not seats < 1.0 else 1.0) >= counts[s]:
+            return False
+    return True
 
 
 def _match_seats(b: Batch, cap: int):
