@@ -209,7 +209,6 @@ def _costs_one(cand: np.ndarray, loc: np.ndarray, in_b: float, runtime: float, s
     return np.array([C]), np.array([E]), np.array([W])
 
 
-
 def _server_terms(view: ViewCache, s: int, shape: int, cpu: float, now: float, stale: float, penalty: float,
                   fail_rate: np.ndarray | None, prior: float) -> tuple[float, float, bool]:
     """(W, failure odds, no choice) of server ``s`` for one task of grid shape ``shape`` needing

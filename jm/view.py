@@ -27,8 +27,8 @@ IN_FLIGHT_S: Final = 0.005
 # Up to this many servers, _fits compares all CPU columns in one step (measured crossover ~80:
 # below it the fewer numpy calls win, above it the reduction's per-server loop does not).
 _ONE_SHOT_FITS: Final = 64
-# Up to this many servers, _free_cpus works each one out on Python numbers (free_cpu_one): the ~12 numpy
-# calls of the array form cost more than the servers themselves.
+# Up to this many servers, _free_cpus works each one out on Python numbers (free_cpu_one): the
+# ~12 numpy calls of the array form cost more than the servers themselves.
 FEW_SERVERS: Final = 8
 
 
