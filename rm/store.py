@@ -151,6 +151,9 @@ class SqliteJobStore(JobStore):
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES_MAX}")
         self._checkpointer: sqlite3.Connection | None = None
+        # The queues' state as last written (queues()); None: not written by this object yet
+        self._queue_rows: dict | None = None
+        self._places: dict = {}
         self.db.execute("""CREATE TABLE IF NOT EXISTS jobs (
             job_id INTEGER PRIMARY KEY, name TEXT, spec BLOB, submitted_at REAL, reply_to TEXT,
             state TEXT, finished_at REAL, reason TEXT)""")
@@ -228,16 +231,34 @@ class SqliteJobStore(JobStore):
                         (state, at, reason, tasks_done, job_id))
 
     def queues(self, at, shares, running, waiting, positions, held=None):
+        # Only the rows that moved are written: a round of a busy cluster moves one queue's
+        # running count, where rewriting both tables cost ~4x one write, per job. The first call
+        # of this store object (a new RM incarnation) writes everything, clearing what an earlier
+        # one left. A row's ``at`` is the round that last moved it.
         held = held or {}
-        with self.db:
-            self.db.execute("BEGIN")
-            self.db.execute("DELETE FROM queue_state")
-            self.db.executemany("INSERT INTO queue_state (path, share, running, waiting, at, held) VALUES (?,?,?,?,?,?)",
-                                [(q, s, running.get(q, 0), waiting.get(q, 0), at, held.get(q, 0.0))
-                                 for q, s in shares.items()])
-            self.db.execute("DELETE FROM waiting")
-            self.db.executemany("INSERT INTO waiting VALUES (?,?,?)",
-                                [(j, q, p) for j, (q, p) in positions.items()])
+        rows = {q: (s, running.get(q, 0), waiting.get(q, 0), held.get(q, 0.0)) for q, s in shares.items()}
+        places = {j: (q, p) for j, (q, p) in positions.items()}
+        first = self._queue_rows is None
+        was_rows: dict = {} if first else self._queue_rows
+        was_places: dict = {} if first else self._places
+        moved = [(q, r[0], r[1], r[2], at, r[3]) for q, r in rows.items() if was_rows.get(q) != r]
+        gone = [(q,) for q in was_rows if q not in rows]
+        placed = [(j, q, p) for j, (q, p) in places.items() if was_places.get(j) != (q, p)]
+        left = [(j,) for j in was_places if j not in places]
+        if first or moved or gone or placed or left:
+            with self.db:
+                self.db.execute("BEGIN")
+                if first:
+                    self.db.execute("DELETE FROM queue_state")
+                    self.db.execute("DELETE FROM waiting")
+                for sql, args in (("DELETE FROM queue_state WHERE path=?", gone),
+                                  ("INSERT OR REPLACE INTO queue_state (path, share, running, waiting, at, held)"
+                                   " VALUES (?,?,?,?,?,?)", moved),
+                                  ("DELETE FROM waiting WHERE job_id=?", left),
+                                  ("INSERT OR REPLACE INTO waiting VALUES (?,?,?)", placed)):
+                    if args:
+                        self.db.executemany(sql, args)
+        self._queue_rows, self._places = rows, places
 
     def unfinished(self):
         rows = self.db.execute(

@@ -13,6 +13,7 @@ from datetime import date, datetime
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from apollo.core.effects import Persist, Send, Start, Timer
 from apollo.core.messages import CancelJob, HostReport, JobAccepted, JobDone, SubmitJob
@@ -307,3 +308,32 @@ async def test_the_rm_process_checkpoints_its_store_in_a_thread(tmp_path):
     finally:
         task.cancel()
     assert threading.get_ident() not in threads        # never on the event loop's thread
+
+
+QUEUE_STATES = st.fixed_dictionaries({
+    "shares": st.dictionaries(st.sampled_from(["root", "a", "b", "root.c"]), st.sampled_from([0.0, 1.5, 4.0]),
+                              max_size=4),
+    "running": st.dictionaries(st.sampled_from(["a", "b", "root.c"]), st.integers(0, 3), max_size=3),
+    "waiting": st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 2), max_size=2),
+    "positions": st.dictionaries(st.integers(0, 6), st.tuples(st.sampled_from(["a", "b"]), st.integers(1, 4)),
+                                 max_size=4),
+    "held": st.dictionaries(st.sampled_from(["a", "b"]), st.sampled_from([0.0, 0.5, 2.0]), max_size=2)})
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(QUEUE_STATES, st.booleans()), min_size=1, max_size=8))
+def test_the_queues_tables_hold_the_last_round_written_row_by_row(tmp_path_factory, rounds):
+    """The store writes only the queue rows and places that moved since its last write (a new
+    store object, as a restarted RM's, writes everything): the tables always read as the last
+    round's state."""
+    path = str(tmp_path_factory.mktemp("q") / "jobs.db")
+    store = SqliteJobStore(path)
+    for at, (q, restart) in enumerate(rounds):
+        if restart:
+            store = SqliteJobStore(path)
+        store.queues(float(at), q["shares"], q["running"], q["waiting"], q["positions"], q["held"])
+        got = {r[0]: r[1:] for r in store.db.execute("SELECT path, share, running, waiting, held FROM queue_state")}
+        assert got == {p: (s, q["running"].get(p, 0), q["waiting"].get(p, 0), q["held"].get(p, 0.0))
+                       for p, s in q["shares"].items()}
+        assert {r[0]: (r[1], r[2]) for r in store.db.execute("SELECT job_id, queue, position FROM waiting")} == \
+            q["positions"]
