@@ -28,6 +28,22 @@ def job(i, queue="a", user="u", demand=4.0, running=0.0, admitted=True, priority
                    int(running if tokens is None else tokens), float(running), admitted)
 
 
+def test_a_job_view_is_read_only_and_compares_by_value():
+    """A policy's snapshot cannot be edited under it (JobView spells out its __init__, for speed
+    compiled: it stays a frozen dataclass)."""
+    import dataclasses
+    v = job(1, demand=4.0, running=2.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        v.demand = 8.0
+    assert v == job(1, demand=4.0, running=2.0) and hash(v) == hash(job(1, demand=4.0, running=2.0))
+    assert v != job(1, demand=4.0, running=3.0)
+    moved = dataclasses.replace(v, running=3.0)
+    assert moved == job(1, demand=4.0, running=3.0, tokens=2) and v.running == 2.0
+    assert [f.name for f in dataclasses.fields(JobView)] == ["job_id", "queue", "user", "weight", "priority",
+                                                               "submitted_at", "demand", "tokens", "running",
+                                                               "admitted"]
+
+
 # ---- the TOML file ----------------------------------------------------------------------------
 def test_examples_load():
     three = load_queue_file(EXAMPLES / "three-pools.toml")
