@@ -62,17 +62,54 @@ def test_a_query_by_key_is_answered_as_a_retried_submission_without_the_job_ridi
 
 def test_the_simulated_client_asks_after_an_accepted_job_by_key_and_resubmits_one_the_rm_lost():
     from apollo.core.effects import Timer
-    from apollo.tools.simulate import Client, Submit
+    from apollo.tools.sim_client import POLL_S, Client, Submit
 
     class Runtime:
         stopped = False
     c = Client(1, Runtime(), {0: job(name="s")})
     assert [type(e.msg) for e in c.handle(Submit(0), 0.0, Rng()) if isinstance(e, Send)] == [SubmitJob]
     c.handle(JobAccepted(0, "s", True, "", "sim:0"), 0.1, Rng())
-    polled = [e.msg for e in c.handle(Timer("check"), Client.POLL_S, Rng()) if isinstance(e, Send)]
+    polled = [e.msg for e in c.handle(Timer("check"), 0.1 + POLL_S, Rng()) if isinstance(e, Send)]
     assert [type(m) for m in polled] == [JobQuery] and polled[0].key == "sim:0"
     again = c.handle(JobAccepted(0, "", False, "no job is stored for submission key 'sim:0'", "sim:0"), 31.0, Rng())
     assert [type(e.msg) for e in again if isinstance(e, Send)] == [SubmitJob] and c.finished == 0
+
+
+def test_the_simulated_client_costs_a_running_job_its_own_due_times_spaced_further_out():
+    """One timer, for the earliest due job; an unanswered submission is sent again RETRY_S later;
+    an accepted job is asked after at POLL_S, then at doubling gaps up to POLL_MAX_S; an answered
+    job is never asked again."""
+    from apollo.core.effects import SetTimer, Timer
+    from apollo.tools.sim_client import POLL_MAX_S, POLL_S, RETRY_S, Client, Submit
+
+    class Runtime:
+        stopped = False
+    c = Client(2, Runtime(), {0: job(name="a"), 1: job(name="b")})
+    timers = lambda out: [e.delay for e in out if isinstance(e, SetTimer)]
+    sent = lambda out: [e.msg for e in out if isinstance(e, Send)]
+    assert timers(c.handle(Submit(0), 0.0, Rng())) == [RETRY_S]
+    assert timers(c.handle(Submit(1), 1.0, Rng())) == []          # due later than the armed timer
+    assert timers(c.handle(JobAccepted(0, "a", True, "", "sim:0"), 0.5, Rng())) == []
+    out = c.handle(Timer("check"), RETRY_S, Rng())                  # job 1 is due at 6.0; job 0 at 30.5
+    assert sent(out) == [] and timers(out) == [pytest.approx(1.0)]
+    out = c.handle(Timer("check"), 1.0 + RETRY_S, Rng())
+    assert [type(m) for m in sent(out)] == [SubmitJob] and sent(out)[0].job_id == 1      # not acknowledged
+    c.handle(JobAccepted(1, "b", True, "", "sim:1"), 6.5, Rng())
+    asked, t = [], 0.5 + POLL_S
+    for _ in range(20):                       # both jobs' questions, answered "still running"
+        out = c.handle(Timer("check"), t, Rng())
+        asked += [(t, m.key) for m in sent(out) if isinstance(m, JobQuery)]
+        t = min(c.due_at.values())
+        assert timers(out) == [pytest.approx(t - asked[-1][0])]       # armed for the next due job
+        for m in sent(out):
+            c.handle(JobAccepted(int(m.key[4:]), "", True, "", m.key), asked[-1][0] + 0.01, Rng())
+    times0 = [round(at - 0.5, 6) for at, key in asked if key == "sim:0"]
+    assert times0[:6] == [POLL_S, 3 * POLL_S, 7 * POLL_S, 15 * POLL_S, 31 * POLL_S, 31 * POLL_S + POLL_MAX_S]
+    gaps = [b - a for a, b in zip(times0, times0[1:])]
+    assert max(gaps) == POLL_MAX_S and gaps == sorted(gaps)
+    c.handle(JobDone(0, True, "", t, 1), t, Rng())
+    later = c.handle(Timer("check"), t + 10 * POLL_MAX_S, Rng())
+    assert all(m.key != "sim:0" for m in sent(later) if isinstance(m, JobQuery)) and 0 not in c.due_at
 
 
 def test_token_messages_are_numbered_and_resent_to_a_host_that_missed_one():

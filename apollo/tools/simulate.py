@@ -7,10 +7,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from apollo.core.cluster import IoModel, Topology
-from apollo.core.effects import Send, SetTimer, Timer
-from apollo.core.messages import JobAccepted, JobDone, JobQuery, SubmitJob
 from apollo.core.records import AttemptLog, Recorder
 from apollo.tools.report import build_report
+from apollo.tools.sim_client import Client, Submit
 from apollo.runtime.sim import NetModel, SimRuntime
 from apollo.runtime.truth import TaskTruth
 from apollo.core.spec import Workload
@@ -81,97 +80,6 @@ class SimConfig:
     # 0: open arrivals.
     concurrent_jobs: int = 0
     check: bool = False              # every actor's validate() after every event (tests)
-
-
-@dataclass(frozen=True)
-class Submit:
-    """The client's own event: submit job ``index`` now."""
-    index: int
-
-
-class Client:
-    """The submitting side: counts answers and stops the run when every job has one; in a
-    closed loop (``backlog``), submits the next job as each one ends. A submission is retried
-    with its idempotency key until the RM acknowledges it, then asked after by that key now and
-    then until the job's outcome comes (the RM answers with the outcome once there is one), so
-    a lost message or a crashed RM loses no job. One timer checks every outstanding job (not
-    a timer per job: a cluster-sized run submits thousands)."""
-    RETRY_S = 5.0         # unacknowledged: submit again after this long
-    POLL_S = 30.0         # acknowledged: ask again after this long, until the outcome comes
-
-    def __init__(self, expected: int, runtime: SimRuntime, jobs: dict, backlog: list | None = None) -> None:
-        self.expected = expected
-        self.runtime = runtime
-        self.jobs = jobs                      # index -> spec
-        self.finished = 0
-        self.results: dict[int, JobDone] = {}
-        self.accepted: set[int] = set()
-        self.refused: set[int] = set()
-        self.backlog = backlog or []          # (job index, spec) not submitted yet, in order
-        self.sent_at: dict[int, float] = {}   # outstanding job -> when it was last (re)submitted
-        self._armed = False
-
-    def handle(self, event, now, rng):
-        t = type(event)
-        out: list = []
-        if t is Submit:
-            out += self._submit(event.index, now)
-        elif t is Timer:
-            self._armed = False
-            for i, at in list(self.sent_at.items()):
-                if i in self.accepted:
-                    if now - at >= self.POLL_S - 1e-9:
-                        out += self._ask(i, now)
-                elif now - at >= self.RETRY_S - 1e-9:
-                    out += self._submit(i, now)
-            out += self._arm()
-        elif t is JobDone:
-            if event.job_id in self.results:
-                return []        # the second copy (the JM's and the RM's both come)
-            self.results[event.job_id] = event
-            self.sent_at.pop(event.job_id, None)
-            self.finished += 1
-            out += self._next(now)
-        elif t is JobAccepted:
-            if event.accepted:
-                self.accepted.add(event.job_id)
-            elif event.key.startswith("sim:") and int(event.key[4:]) in self.accepted:
-                # asked after by its key, the job is not stored (the RM lost its store): submit
-                # it again
-                i = int(event.key[4:])
-                self.accepted.discard(i)
-                if i not in self.results:
-                    out += self._submit(i, now)
-            elif event.job_id not in self.refused and event.job_id not in self.results:
-                self.refused.add(event.job_id)
-                self.sent_at.pop(event.job_id, None)
-                self.finished += 1
-                out += self._next(now)
-        if self.finished >= self.expected:
-            self.runtime.stopped = True
-        return out
-
-    def _submit(self, i: int, now: float) -> list:
-        self.sent_at[i] = now
-        return [Send("rm", SubmitJob(i, self.jobs[i], "client", f"sim:{i}"))] + self._arm()
-
-    def _ask(self, i: int, now: float) -> list:
-        """An accepted job's outcome asked after by its key (the RM stored the job before it
-        said so): the spec need not ride along again."""
-        self.sent_at[i] = now
-        return [Send("rm", JobQuery(f"sim:{i}", "client"))] + self._arm()
-
-    def _arm(self) -> list:
-        if self._armed or not self.sent_at:
-            return []
-        self._armed = True
-        return [SetTimer(self.RETRY_S, "check")]
-
-    def _next(self, now: float) -> list:
-        if self.backlog:
-            i, _ = self.backlog.pop(0)
-            return self._submit(i, now)
-        return []
 
 
 def build(cfg: SimConfig, workload: Workload) -> tuple[SimRuntime, Recorder, Client, dict]:
