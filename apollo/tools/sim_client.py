@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from apollo.core.effects import Send, SetTimer, Timer
 from apollo.core.messages import JobAccepted, JobDone, JobQuery, SubmitJob
+
+if TYPE_CHECKING:
+    from apollo.runtime.sim import SimRuntime
 
 RETRY_S = 5.0           # unacknowledged: submitted again after this long
 POLL_S = 30.0           # acknowledged: first asked after this long, until the outcome comes ...
@@ -31,7 +35,7 @@ class Submit:
 
 
 class Client:
-    def __init__(self, expected: int, runtime, jobs: dict, backlog: list | None = None) -> None:
+    def __init__(self, expected: int, runtime: SimRuntime, jobs: dict, backlog: list | None = None) -> None:
         self.expected = expected
         self.runtime = runtime
         self.jobs = jobs                      # index -> spec
