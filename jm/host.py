@@ -11,7 +11,7 @@ import numpy as np
 from apollo.core.effects import CancelTimer, Log, Send, SetTimer, Start, Timer
 from apollo.core.lifecycle import TaskState
 from apollo.core.messages import (CancelJob, ClusterView, Holding, HostReport, JobDone, KillTask, ReclaimTokens,
-                             ReleaseJob, StartJob, StatusBatch, TokenGrant)
+                             ReleaseJob, ReportAck, StartJob, StatusBatch, TokenGrant)
 
 from .interest import ViewInterest
 from .report_rows import ReportRows
@@ -67,6 +67,9 @@ class JmHost:
             return self._route(event.job_id, event, now, rng)
         if t is ReleaseJob:
             return self._release(event, now)
+        if t is ReportAck:
+            self._rows.ack(event.seq)
+            return []
         if t is Start:
             return self._host_report()
         return [Log("warn", (f"jm host ignored {t.__name__}",))]
@@ -179,8 +182,9 @@ class JmHost:
 
     def _host_report(self) -> list:
         """Every host_report_s: the jobs this host runs, each with the token seq its JM last
-        heard, its demand and CPUs in use, and the done bitmaps of jobs that progressed (rows
-        remade for the jobs given a stimulus since the last report only)."""
+        heard, its demand and CPUs in use, as a delta since the report the RM acknowledged
+        (jm/report_rows.py), and the done bitmaps of jobs that progressed (rows remade for the
+        jobs given a stimulus since the last report only)."""
         jms, sent, rows = self.jms, self._progress_sent, self._rows
         progressed: list[int] = []
         for job_id in self._unreported:
@@ -195,10 +199,11 @@ class JmHost:
         self._unreported.clear()
         if len(progressed) > 1:
             progressed.sort(key=self.interest.order.__getitem__)     # (in job order)
-        jobs, seqs, demands, in_uses = rows.columns()
+        seq, base, (jobs, seqs, demands, in_uses), ended = rows.report()
         return [Send(self.cfg.rm, HostReport(self.cfg.host, jobs, seqs, demands, in_uses,
                                              np.asarray(progressed, dtype=np.int64),
-                                             [jms[j].done_bitmap() for j in progressed], self.view.seq)),
+                                             [jms[j].done_bitmap() for j in progressed], self.view.seq,
+                                             seq, base, ended, len(rows.slot), rows.digest)),
                 SetTimer(self.cfg.host_report_s, "report")]
 
     def _route(self, job_id: int, event, now: float, rng) -> list:

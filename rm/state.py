@@ -444,6 +444,7 @@ class RmState:
         self.cluster.validate()
         self.homes.validate()
         self.admission.validate()
+        self.host_reports.validate()
         assert all(e.tokens >= 0 for e in self.jobs.values())
         assert all(j < self.next_job_id for j in self.jobs)
         assert sum(self.holding().values()) <= self.capacity + 1e-6, "more CPUs held than the cluster has"

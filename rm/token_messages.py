@@ -14,30 +14,33 @@ class TokenMessages:
     def __init__(self) -> None:
         self.seq = 0                     # the last seq sent
         self.now = 0.0                   # the time of the event being handled (the router sets it)
+        # jobs whose last message no report of their host has shown applied yet (rm/host_reports.py)
+        self.in_flight: set[int] = set()
 
     def restarted(self, boots: int) -> None:
         """This RM's ``boots``-th start: its seqs go above every one an earlier incarnation sent."""
         self.seq = boots << 32
 
-    def _next_seq(self) -> int:
+    def _next_seq(self, e: JobEntry) -> int:
         self.seq += 1
+        self.in_flight.add(e.job_id)
         return self.seq
 
     def grant(self, e: JobEntry, tokens: int) -> Send:
         e.tokens_at = self.now
-        e.seq = seq = self._next_seq()
+        e.seq = seq = self._next_seq(e)
         e.last_tokens = msg = TokenGrant(e.job_id, tokens, seq)
         return Send(e.host, msg)
 
     def reclaim(self, e: JobEntry, keep: int, within_s: float) -> Send:
         e.tokens_at = self.now
-        e.seq = seq = self._next_seq()
+        e.seq = seq = self._next_seq(e)
         e.last_tokens = msg = ReclaimTokens(e.job_id, e.tokens, keep, within_s, seq)
         return Send(e.host, msg)
 
     def offer(self, e: JobEntry, now: float) -> Send:
         """StartJob to the job's host (first admission, a re-offer, or a new home)."""
-        e.seq = seq = self._next_seq()
+        e.seq = seq = self._next_seq(e)
         e.offered_at = e.tokens_at = now
         e.last_tokens = msg = StartJob(e.job_id, e.spec, e.tokens, e.submitted_at, e.reply_to, seq,
                                        e.generation, e.done, e.clones, e.clone_cpu, e.clones_low)

@@ -7,7 +7,7 @@ from apollo.tools.chaos import check_seed
 from apollo.core.effects import Send, Start
 from apollo.core.lifecycle import TaskState
 from apollo.core.messages import (Dispatch, Holding, HostReport, JobAccepted, JobDone, JobQuery, ProbeJob, ProbeTask,
-                             ReleaseJob, StartJob, SubmitJob, TaskSpec, TokenGrant)
+                             ReleaseJob, ReportAck, StartJob, SubmitJob, TaskSpec, TokenGrant)
 from apollo.runtime.sim import NetModel
 from apollo.tools.simulate import SimConfig, run_simulation
 from apollo.core.spec import JobSpec, StageSpec
@@ -119,9 +119,10 @@ def test_token_messages_are_numbered_and_resent_to_a_host_that_missed_one():
     assert start.to == "jmhost:0" and start.msg.seq > 0
     report = HostReport("jmhost:0", np.array([0]), np.array([start.msg.seq - 1]), np.array([8]), np.array([0]),
                         np.zeros(0, dtype=np.int64), [])
-    assert not [e for e in r.handle(report, 1.5, Rng()) if isinstance(e, Send)]   # it may be on its way still
+    assert not [e for e in r.handle(report, 1.5, Rng()) if isinstance(e, Send) and type(e.msg) is not ReportAck]
+    # (it may be on its way still)
     again = r.handle(report, 3.5, Rng())
-    assert [type(e.msg) for e in again if isinstance(e, Send)] == [StartJob]      # the last one, re-sent
+    assert [type(e.msg) for e in again if isinstance(e, Send)] == [StartJob, ReportAck]   # the last one, re-sent
 
 
 def test_a_host_reporting_a_job_that_is_not_its_own_is_told_to_drop_it():
@@ -164,6 +165,97 @@ def test_a_job_its_host_no_longer_runs_is_offered_again_as_a_new_home():
     (again,) = sends(out, StartJob)
     assert again.to == "jmhost:0" and again.msg.generation == 1
     r.validate()
+
+
+class HostTable:
+    """A JM host's report table as the RM hears it (jm.report_rows): full, then deltas."""
+
+    def __init__(self, host="jmhost:0"):
+        from jm.report_rows import ReportRows
+        self.host, self.rows = host, ReportRows()
+
+    def report(self):
+        seq, base, cols, ended = self.rows.report()
+        return HostReport(self.host, *cols, np.zeros(0, dtype=np.int64), [], 0, seq, base, ended,
+                          len(self.rows.slot), self.rows.digest)
+
+    def to(self, r: RmState, t: float) -> list:
+        out = r.handle(self.report(), t, Rng())
+        for a in sends(out, ReportAck):
+            self.rows.ack(a.msg.seq)
+        r.validate()
+        return [e for e in out if not (isinstance(e, Send) and isinstance(e.msg, ReportAck))]
+
+
+def test_under_delta_reports_a_lost_start_job_is_offered_again():
+    r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0",)))
+    host = HostTable()
+    host.to(r, 0.5)                                   # (its full report: no jobs)
+    (first,) = sends(r.handle(SubmitJob(-1, job(8), "c", "k"), 1.0, Rng()), StartJob)      # lost
+    assert not sends(host.to(r, 2.0), StartJob)       # (it may be on its way still)
+    assert host.report().base > 0 and len(host.report().jobs) == 0
+    (again,) = sends(host.to(r, 3.5), StartJob)
+    assert again.msg.generation == 1
+
+
+def test_under_delta_reports_a_lost_token_grant_is_sent_again():
+    r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0",)))
+    host = HostTable()
+    (start,) = sends(r.handle(SubmitJob(-1, job(8), "c", "k"), 1.0, Rng()), StartJob)
+    host.rows.add(0)
+    host.rows.set(0, start.msg.seq, 8, 0)
+    host.to(r, 1.5)                                   # full: the job, having heard its StartJob
+    e = r.jobs[0]
+    (grant,) = sends([r.admission.regrant(e, 2)], TokenGrant)       # lost on its way
+    assert not sends(host.to(r, 2.0), TokenGrant)     # a delta with no rows: still on its way
+    assert len(host.report().jobs) == 0
+    (again,) = sends(host.to(r, 4.5), TokenGrant)
+    assert again.msg.seq == grant.msg.seq
+    host.rows.set(0, grant.msg.seq, 8, 2)             # heard at last
+    host.to(r, 5.0)
+    assert not sends(host.to(r, 8.0), TokenGrant) and 0 not in r.messages.in_flight
+
+
+def test_under_delta_reports_a_job_its_host_dropped_is_offered_again():
+    r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0",)))
+    host = HostTable()
+    (start,) = sends(r.handle(SubmitJob(-1, job(8), "c", "k"), 1.0, Rng()), StartJob)
+    host.rows.add(0)
+    host.rows.set(0, start.msg.seq, 8, 0)
+    host.to(r, 4.0)
+    host.rows.remove(0)                               # (its JobDone lost)
+    r_ = host.report()
+    assert r_.ended.tolist() == [0]
+    (again,) = sends(host.to(r, 5.0), StartJob)
+    assert again.msg.generation == 1
+
+
+def test_under_delta_reports_a_job_not_its_own_is_dropped_until_it_is():
+    r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0",)))
+    host = HostTable()
+    host.rows.add(77)
+    host.rows.set(77, 1, 1, 1)
+    assert [(m.msg.job_id, m.msg.kill) for m in sends(host.to(r, 1.0), ReleaseJob)] == [(77, True)]
+    assert [m.msg.job_id for m in sends(host.to(r, 2.0), ReleaseJob)] == [77]       # (that one lost)
+    host.rows.remove(77)
+    assert not sends(host.to(r, 3.0), ReleaseJob)
+    assert not sends(host.to(r, 4.0), ReleaseJob)
+
+
+def test_a_delta_the_rm_cannot_apply_gets_every_row_asked_for():
+    r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0",)))
+    none = np.zeros(0, dtype=np.int64)
+    out = r.handle(HostReport("jmhost:0", none, none, none, none, none, [], 0, 9, 8, none, 3, 12345), 1.0, Rng())
+    assert [m.msg.seq for m in sends(out, ReportAck)] == [0]
+    host = HostTable()
+    for j in range(3):
+        host.rows.add(j)
+    host.rows.ack(0)
+    host.to(r, 2.0)
+    # a copy that disagrees with the host's digest (here: made to) is asked for again
+    r.host_reports.copies["jmhost:0"].put(1, 5, 5, 5)
+    out = r.handle(host.report(), 3.0, Rng())
+    assert [m.msg.seq for m in sends(out, ReportAck)] == [0]
 
 
 def test_a_pn_runs_an_attempt_sent_again_in_another_dispatch_once():

@@ -18,10 +18,11 @@ from .wire import (BOOL, BYTES, F32, F64, FLOAT, I32, I64, INT, NAT, STR, STR_MA
 # (the protocol's users take these from here, with the messages)
 from .wire import REGISTRY, WireError, decode, encode, pack, unpack  # noqa: F401
 
-PROTOCOL_VERSION = 8     # 6: the transport's keepalive frame ["", "ping"] (apollo.runtime.transport)
+PROTOCOL_VERSION = 9     # 6: the transport's keepalive frame ["", "ping"] (apollo.runtime.transport)
 # 7: a reading's ``grow`` (StatusBatch, Heartbeat; ClusterView's ``grows``): how its waits move
 # after its time, so that a server whose tasks overrun reports once, not every few seconds;
-# 8: ClusterView as deltas since the view the host acknowledged (HostReport.view_seq)
+# 8: ClusterView as deltas since the view the host acknowledged (HostReport.view_seq);
+# 9: HostReport as deltas since the report the RM acknowledged (ReportAck)
 
 
 # ---- nested structs: a job's spec (its codec spelled out), a task attempt, its report ------------
@@ -516,13 +517,21 @@ class ReclaimTokens(Message):
 wire(ReclaimTokens, 15)
 
 
-@dataclass
+@dataclass(init=False)
 class HostReport(Message):
-    """JM host -> RM, every few seconds: the jobs it runs, with the token seq each last heard and
-    its demand and CPUs in use (JobDemand, re-derived: a lost one costs nothing), and, for jobs whose finished
-    tasks changed since its last report, their done bitmaps (numpy.packbits), which the RM
-    stores so that another host can adopt the job. Its silence is how the RM tells a dead
-    host."""
+    """JM host -> RM, every host_report_s: the jobs it runs, each with the token seq its JM last
+    heard, its demand and CPUs in use (JobDemand, re-derived: a lost one costs nothing), and, for
+    jobs whose finished tasks changed since its last report, their done bitmaps
+    (numpy.packbits), which the RM stores so that another host can adopt the job. Its silence
+    is how the RM tells a dead host.
+
+    As a delta: ``seq`` numbers the host's reports (from 1, per host incarnation); ``base`` is
+    the last one the RM acknowledged (ReportAck), and the rows are those of the jobs whose row
+    changed since then, with the jobs dropped since in ``ended``. ``base`` 0: a full report
+    (every job; the first of a host, and whenever the RM asks with an acknowledgement of 0).
+    Rows are absolute, so a lost report is covered by the next (its base is still the last
+    acknowledged one). ``count`` and ``digest`` (report_digest over every row) are of the
+    host's whole table, for the RM to check its copy against."""
     host: str = field(metadata=STR)
     jobs: np.ndarray = field(metadata=I64)
     seqs: np.ndarray = field(metadata=I64)
@@ -530,10 +539,65 @@ class HostReport(Message):
     in_use: np.ndarray = field(metadata=I64)
     progress_jobs: np.ndarray = field(metadata=I64)
     progress: list = field(metadata=lst(BYTES))
-    view_seq: int = field(default=0, metadata=NAT)   # the last ClusterView it applied (0: none)
+    view_seq: int = field(metadata=NAT)      # the last ClusterView it applied (0: none)
+    seq: int = field(metadata=NAT)
+    base: int = field(metadata=NAT)
+    ended: np.ndarray = field(metadata=I64)
+    count: int = field(metadata=NAT)
+    digest: int = field(metadata=NAT)
+
+    def __init__(self, host: str, jobs: np.ndarray, seqs: np.ndarray, demand: np.ndarray, in_use: np.ndarray,
+                 progress_jobs: np.ndarray, progress: list, view_seq: int = 0, seq: int = 0, base: int = 0,
+                 ended: np.ndarray | None = None, count: int = -1, digest: int = -1) -> None:
+        self.host = host
+        self.jobs = jobs
+        self.seqs = seqs
+        self.demand = demand
+        self.in_use = in_use
+        self.progress_jobs = progress_jobs
+        self.progress = progress
+        self.view_seq = view_seq
+        self.seq = seq
+        self.base = base
+        self.ended = ended if ended is not None else np.zeros(0, dtype=np.int64)
+        if count < 0:       # (a full report made by hand: its rows are the table)
+            count, digest = len(jobs), table_digest(jobs, seqs, demand, in_use)
+        self.count = count
+        self.digest = digest
+
+
+def report_digest(job_id: int, seq: int, demand: int, in_use: int) -> int:
+    """One HostReport row's hash (63 bits); a table's digest is the xor of its rows' (kept as
+    rows change, by the host and by the RM's copy of it)."""
+    m = (1 << 63) - 1
+    h = (job_id * 0x9E3779B97F4A7C15 + seq) & m
+    h ^= h >> 29
+    h = (h * 0xBF58476D1CE4E5B9 + demand) & m
+    h ^= h >> 31
+    h = (h * 0x94D049BB133111EB + in_use) & m
+    return h ^ (h >> 30)
+
+
+def table_digest(jobs, seqs, demand, in_use) -> int:
+    d = 0
+    for row in zip(np.asarray(jobs).tolist(), np.asarray(seqs).tolist(), np.asarray(demand).tolist(),
+                   np.asarray(in_use).tolist()):
+        d ^= report_digest(*row)
+    return d
 
 
 wire(HostReport, 16)
+
+
+@dataclass
+class ReportAck(Message):
+    """RM -> JM host: its HostReport ``seq`` is applied (the host's next delta starts from it);
+    0: the RM has no copy of the host's table it can apply a delta to (it restarted, or a
+    report could not be applied, or the copy disagreed with the digest): send a full report."""
+    seq: int = field(metadata=NAT)
+
+
+wire(ReportAck, 30)
 
 
 @dataclass
