@@ -71,8 +71,12 @@ class AllocationRound:
         for job_id in alloc.admit:
             out += adm.admit_waiting(jobs[job_id], grants[job_id], now)
         admitted_now = set(alloc.admit)
-        for job_id, tokens in grants.items():
+        # (the jobs whose tokens move, where the policy says which: a round of a long-task run
+        # moves a few of its hundreds of jobs)
+        moving = alloc.changed if alloc.changed is not None and grants is alloc.tokens else list(grants)
+        for job_id in moving:
             e = jobs[job_id]
+            tokens = grants[job_id]
             if job_id in admitted_now or tokens == e.tokens:
                 continue
             out.append(adm.regrant(e, tokens))

@@ -149,9 +149,15 @@ class SharingKind:
         for i in waiting[np.argsort(rank[waiting], kind="stable")].tolist():
             seen[leaf[i]] += 1
             positions[ids[i]] = (self._leaves[leaf[i]].path, seen[leaf[i]])
-        return Allocation(tokens=dict(zip((ids[i] for i in ai.tolist()), got.tolist())),
+        at: list[int] = ai.tolist()
+        granted: list[int] = got.tolist()
+        # (the admitted jobs whose tokens move: the RM tells only those; cols[:, 7] is each job's
+        # tokens as its view said)
+        moved: list[int] = np.flatnonzero(got != cols[ai, 7]).tolist()
+        return Allocation(tokens={ids[i]: g for i, g in zip(at, granted)},
                           admit=[ids[i] for i in newly], reclaim=reclaim, next_run_s=owed.next_run_s,
-                          shares=shares, positions=positions, starving=owed.starving)
+                          shares=shares, positions=positions, starving=owed.starving,
+                          changed=[ids[at[k]] for k in moved])
 
     def _admit(self, snap, leaf, users, rank, d, needs, admitted, total) -> list[int]:
         """Waiting jobs in queue order, within each leaf's running-job and per-user limits, while
@@ -274,4 +280,7 @@ class SharingKind:
             held = sum(byid[i].running for i in adm if leaf_of[i].path == path)
             assert held - k >= self.floor(alloc.shares[path], lim[path]) - 1e-6, f"{path}: preempted below its share"
         assert alloc.next_run_s is None or alloc.next_run_s > 0
+        if alloc.changed is not None:
+            assert alloc.changed == [j for j, t in alloc.tokens.items() if t != byid[j].tokens], \
+                "the jobs said to move are not those whose tokens moved"
         self.check(snap, alloc)

@@ -67,6 +67,8 @@ class Allocation:
     shares: dict[str, float]                # every queue path ("root" too) -> share in cores
     positions: dict[int, tuple[str, int]]   # waiting job -> (leaf, 1-based position in it)
     starving: dict[str, float]              # leaf -> seconds below its guarantee/min share
+    # the admitted jobs whose tokens differ from their view's (None: not told; look at all)
+    changed: list[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

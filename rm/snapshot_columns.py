@@ -22,7 +22,7 @@ import numpy as np
 from .sharing_types import JobView
 
 # The numeric fields, as the columns of ``Columns.cols``, then the two names
-_NUMBERS = ("weight", "demand", "running", "admitted", "priority", "submitted_at", "job_id")
+_NUMBERS = ("weight", "demand", "running", "admitted", "priority", "submitted_at", "job_id", "tokens")
 _FIELDS = operator.attrgetter(*_NUMBERS, "queue", "user")
 _NUMBERS_OF = operator.attrgetter(*_NUMBERS)
 # What a job's leaf, user code and place in queue order are worked out from (in the RM, never
@@ -34,7 +34,7 @@ _KEPT_OF = operator.attrgetter("job_id", "queue", "user", "priority", "submitted
 class Columns:
     """Per job of a snapshot (read-only arrays)."""
     jobs: tuple[JobView, ...]       # the views they were read from
-    cols: np.ndarray                # [n, 7] floats, _NUMBERS in order
+    cols: np.ndarray                # [n, 8] floats, _NUMBERS in order
     leaf: np.ndarray                # its leaf's index
     users: np.ndarray               # its user's code (an index into user_names)
     user_names: tuple[str, ...]     # in order of first appearance
@@ -54,11 +54,11 @@ def read_columns(jobs: tuple[JobView, ...], leaf_index: Callable[[str], int]) ->
     """Every job's row, read afresh."""
     n = len(jobs)
     rows = list(map(_FIELDS, jobs))
-    cols = np.array([r[:7] for r in rows], dtype=float).reshape(n, 7)
+    cols = np.array([r[:8] for r in rows], dtype=float).reshape(n, 8)
     rank = _queue_rank(cols)
-    leaf = np.array([leaf_index(r[7]) for r in rows], dtype=np.int64)
+    leaf = np.array([leaf_index(r[8]) for r in rows], dtype=np.int64)
     codes: dict[str, int] = {}
-    users = np.array([codes.setdefault(r[8], len(codes)) for r in rows], dtype=np.int64)
+    users = np.array([codes.setdefault(r[9], len(codes)) for r in rows], dtype=np.int64)
     for a in (cols, rank, leaf, users):
         a.flags.writeable = False
     return Columns(jobs, cols, leaf, users, tuple(codes), [r[6] for r in rows], rank)
