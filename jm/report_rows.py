@@ -18,7 +18,7 @@ EMPTY = np.zeros(0, dtype=np.int64)
 
 class ReportRows:
     __slots__ = ("jobs", "seqs", "demand", "in_use", "slot", "n", "holes", "digest", "next_seq", "acked", "changed",
-                 "ended")
+                 "ended", "rows")
 
     def __init__(self) -> None:
         self.jobs = np.zeros(16, dtype=np.int64)
@@ -33,6 +33,9 @@ class ReportRows:
         self.acked = 0                     # the last report the RM acknowledged (0: none; send all)
         self.changed: dict[int, int] = {}  # job -> the report its row last changed for (> acked)
         self.ended: dict[int, int] = {}    # job dropped -> the report that says so first (> acked)
+        # each live job's row as Python numbers (compared on every set: reading the arrays' items
+        # back would make numpy scalars)
+        self.rows: dict[int, tuple[int, int, int]] = {}
 
     def add(self, job_id: int) -> None:
         """A job started here: its row goes last (job order), all zeros until set."""
@@ -44,23 +47,26 @@ class ReportRows:
         self.slot[job_id] = i
         self.n = i + 1
         self.digest ^= report_digest(job_id, 0, 0, 0)
+        self.rows[job_id] = (0, 0, 0)
         self.changed[job_id] = self.next_seq
         self.ended.pop(job_id, None)       # (dropped and started again since the RM heard)
 
     def remove(self, job_id: int) -> None:
-        i = self.slot.pop(job_id)
+        del self.slot[job_id]
         self.holes += 1
-        self.digest ^= report_digest(job_id, int(self.seqs[i]), int(self.demand[i]), int(self.in_use[i]))
+        seq, demand, in_use = self.rows.pop(job_id)
+        self.digest ^= report_digest(job_id, seq, demand, in_use)
         self.changed.pop(job_id, None)
         self.ended[job_id] = self.next_seq
 
     def set(self, job_id: int, seq: int, demand: int, in_use: int) -> None:
-        i = self.slot[job_id]
-        old_seq, old_demand, old_in_use = int(self.seqs[i]), int(self.demand[i]), int(self.in_use[i])
+        old_seq, old_demand, old_in_use = self.rows[job_id]
         if old_seq == seq and old_demand == demand and old_in_use == in_use:
             return
         self.digest ^= report_digest(job_id, old_seq, old_demand, old_in_use) ^ report_digest(job_id, seq, demand,
                                                                                               in_use)
+        self.rows[job_id] = (seq, demand, in_use)
+        i = self.slot[job_id]
         self.seqs[i] = seq
         self.demand[i] = demand
         self.in_use[i] = in_use
@@ -128,6 +134,7 @@ class ReportRows:
         for job_id in jobs:
             d ^= report_digest(job_id, *self.row(job_id))
         assert d == self.digest, "report rows' digest out of sync"
+        assert self.rows == {j: self.row(j) for j in jobs}, "report rows' numbers out of sync"
         assert all(j in self.slot and self.acked < s <= self.next_seq for j, s in self.changed.items())
         assert all(j not in self.slot and self.acked < s <= self.next_seq for j, s in self.ended.items())
 

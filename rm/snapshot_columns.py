@@ -7,8 +7,8 @@ views_of). So the columns are kept from round to round: when the jobs are the sa
 order, only the rows of views that are new objects are read again; what never moves for a job
 (its leaf, user, place in queue order, id) is kept whole while those views say the same of it.
 When jobs came or went since (on a busy cluster, most rounds: a job ends or arrives between two
-ticks), the kept jobs' rows are gathered by job id and only the new jobs' and moved views' rows
-are read; the user codes and the queue order are worked out again over the arrays. Only a job
+ticks), the kept jobs' rows are gathered (matched in step: the RM keeps its jobs' order) and
+only the new jobs' and moved views' rows are read; the user codes and the queue order are worked out again over the arrays. Only a job
 whose unmoving fields changed under the same id (a snapshot not made by the RM) reads every job.
 """
 from __future__ import annotations
@@ -68,7 +68,6 @@ class SnapshotColumns:
     def __init__(self, leaf_index: Callable[[str], int]) -> None:
         self.leaf_index = leaf_index
         self.last: Columns | None = None
-        self._row_of: dict[int, int] = {}           # job id -> its row in ``last``
         # A code per user name kept across rounds (a round's own codes go by first appearance,
         # which moves as jobs come and go), and ``last``'s rows' kept codes
         self._kept_code: dict[str, int] = {}
@@ -96,7 +95,6 @@ class SnapshotColumns:
             codes = [self._kept_code_of(name) for name in got.user_names]
             self._kept_users = np.array(codes, dtype=np.int64)[got.users] if codes else np.zeros(0, dtype=np.int64)
         self.last = got
-        self._row_of = {job_id: i for i, job_id in enumerate(got.ids)}
         return got
 
     def _kept_code_of(self, user: str) -> int:
@@ -108,29 +106,45 @@ class SnapshotColumns:
 
     def _merged(self, jobs: tuple[JobView, ...], last: Columns) -> Columns | None:
         """The columns of ``jobs`` from ``last``'s rows of the jobs it had (by id), reading only
-        the new jobs and the moved views; None when a kept job's unmoving fields changed."""
-        row_of = self._row_of
+        the new jobs and the moved views; None when a kept job's unmoving fields changed.
+
+        The jobs are matched in step with ``last``'s: the RM's jobs keep their order (a dict's),
+        new ones come after, and those gone are skipped over, so each is found by looking ahead
+        from the last match, not up in a table. A job not found ahead (new, or out of order in a
+        snapshot made otherwise) is read afresh, which is right either way."""
         before = last.jobs
-        n = len(jobs)
-        if not before or not n:
+        n, m = len(jobs), len(before)
+        if not m or not n:
             return None                 # nothing kept to take from (or nothing to take)
         take: list[int] = []
         read: list[int] = []            # rows whose numbers are read (new jobs, moved views)
-        new: list[int] = []             # rows of jobs ``last`` did not have
+        new: list[int] = []             # rows of jobs ``last`` did not have (ahead of the last match)
         ids: list[int] = []
         v: JobView
+        w: JobView
+        j = 0                           # where the next match is looked for in ``before``
+        budget = 4 * (n + m)            # (looking ahead past that: out of order; every row afresh)
         for i in range(n):
             v = jobs[i]
             job_id = v.job_id
             ids.append(job_id)
-            j = row_of.get(job_id, -1)
-            if j < 0:
+            k = j
+            while k < m:
+                w = before[k]
+                if w.job_id == job_id:
+                    break
+                k += 1
+            budget -= k - j
+            if budget < 0:
+                return None
+            if k == m:
                 take.append(0)
                 read.append(i)
                 new.append(i)
                 continue
-            take.append(j)
-            w = before[j]
+            j = k + 1
+            take.append(k)
+            w = before[k]
             if v is not w:
                 if _KEPT_OF(v) != _KEPT_OF(w):
                     return None

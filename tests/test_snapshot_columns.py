@@ -76,3 +76,13 @@ def test_user_codes_go_by_first_appearance_after_a_job_ends():
     assert got.user_names == ("ann", "bob", "dee")
     assert got.users.tolist() == [0, 1, 2]
     assert _same(got, read_columns(later, _leaf_index))
+
+
+def test_jobs_out_of_order_are_read_right():
+    cols = SnapshotColumns(_leaf_index)
+    jobs = tuple(_view(i, LEAVES[i % 3], USERS[i % 4], i % 2, 2.0, 0, False) for i in range(1, 40))
+    cols.of(jobs)
+    for shuffled in (tuple(reversed(jobs)), jobs[20:] + jobs[:20], jobs[::2] + jobs[1::2]):
+        got = cols.of(shuffled)
+        assert _same(got, read_columns(shuffled, _leaf_index))
+        cols.validate(shuffled)

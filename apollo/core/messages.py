@@ -567,15 +567,15 @@ class HostReport(Message):
 
 
 def report_digest(job_id: int, seq: int, demand: int, in_use: int) -> int:
-    """One HostReport row's hash (63 bits); a table's digest is the xor of its rows' (kept as
-    rows change, by the host and by the RM's copy of it)."""
-    m = (1 << 63) - 1
-    h = (job_id * 0x9E3779B97F4A7C15 + seq) & m
-    h ^= h >> 29
-    h = (h * 0xBF58476D1CE4E5B9 + demand) & m
-    h ^= h >> 31
-    h = (h * 0x94D049BB133111EB + in_use) & m
-    return h ^ (h >> 30)
+    """One HostReport row's hash (31 bits); a table's digest is the xor of its rows' (kept as
+    rows change, by the host and by the RM's copy of it). Worked modulo 2**31 - 1, so that every
+    product stays a machine integer (compiled, no arbitrary-precision arithmetic on the host's
+    report path)."""
+    m = 2147483647
+    h = (job_id % m) * 1000003 % m
+    h = ((h ^ (seq % m)) * 1000003) % m
+    h = ((h ^ (demand % m)) * 1000003) % m
+    return ((h ^ (in_use % m)) * 1000003) % m
 
 
 def table_digest(jobs, seqs, demand, in_use) -> int:
