@@ -114,7 +114,7 @@ class Admission:
         e.may_run = max(e.may_run, float(tokens))
         self.granted += tokens
         self.tokens_in[e.queue] = self.tokens_in.get(e.queue, 0) + tokens
-        self.cluster.count_in(e.job_id, e.queue)
+        e.held_cell = self.cluster.count_in(e.job_id, e.queue)
         if e.tokens > e.demand:
             self.slack.add(e.job_id)
         leaf, user = e.queue, e.spec.user
@@ -200,6 +200,7 @@ class Admission:
             self.granted -= e.tokens
             self.tokens_in[e.queue] -= e.tokens
             self.cluster.count_out(e.job_id)
+            e.held_cell = None
             self.slack.discard(e.job_id)
             self.admitted_in[e.queue] -= 1
             self.user_in[(e.queue, e.spec.user)] -= 1

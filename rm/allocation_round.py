@@ -64,7 +64,7 @@ class AllocationRound:
         out: list = []
         total = cluster.whole_cores()
         cap = cluster.cores()
-        snap = Snapshot(now, float(total), views_of(jobs.values(), cluster.held_milli))
+        snap = Snapshot(now, float(total), views_of(jobs.values(), cluster.held_cells))
         alloc = self.policy.allocate(snap)
         self.checked = (snap, alloc)         # for validate(): the policy's invariants, once per round
         grants = under_max(self.tree, jobs, alloc.tokens, total) if adm.has_max else alloc.tokens

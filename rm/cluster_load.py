@@ -25,6 +25,8 @@ from apollo.core.clocks import RESET_S, Offsets
 from apollo.core.messages import ClusterView, Heartbeat
 from apollo.core.rows import RowWriter
 
+from .jobs import HeldCell
+
 
 class ClusterLoad:
     def __init__(self, servers: int, shapes: int, server_cores: float, lightly_loaded: int) -> None:
@@ -71,7 +73,9 @@ class ClusterLoad:
         # said (queued attempts hold nothing; docs/sharing.md). Per server: (jobs, milli-CPUs);
         # per job: the sum over live servers, in milli-CPUs (integers: no drift).
         self._pn_held: list[tuple] = [((), ())] * n
-        self._held: dict[int, int] = {}
+        # job -> its cell (HeldCell); an admitted job's stays while it is admitted, at 0 too (its
+        # entry holds it); another's goes when it falls to 0
+        self._held: dict[int, HeldCell] = {}
         # ... and per leaf queue, its admitted jobs' (kept as heartbeats move it: the allocation
         # round's figures do not sum every job): admitted job -> leaf, leaf -> milli-CPUs
         self._leaf_of: dict[int, str] = {}
@@ -151,44 +155,58 @@ class ClusterLoad:
         held = self._held
         leaf_of, leaf_held = self._leaf_of, self._leaf_held
         old_jobs, old_milli = self._pn_held[s]
+        cell: HeldCell | None
         for j, m in zip(old_jobs, old_milli):
-            left = held[j] - m
-            if left:
-                held[j] = left
-            else:
-                del held[j]
+            cell = held[j]
+            cell.milli -= m
             q = leaf_of.get(j)
             if q is not None:
                 leaf_held[q] -= m
+            elif not cell.milli:
+                del held[j]
         for j, m in zip(jobs, milli):
-            held[j] = held.get(j, 0) + m
+            cell = held.get(j)
+            if cell is None:
+                cell = held[j] = HeldCell()
+            cell.milli += m
             q = leaf_of.get(j)
             if q is not None:
                 leaf_held[q] += m
         self._pn_held[s] = (jobs, milli)
 
-    def count_in(self, job_id: int, leaf: str) -> None:
-        """The job is admitted to ``leaf``: what it holds counts as the leaf's."""
+    def count_in(self, job_id: int, leaf: str) -> HeldCell:
+        """The job is admitted to ``leaf``: what it holds counts as the leaf's. Its cell (for
+        its entry to keep)."""
+        cell = self._held.get(job_id)
+        if cell is None:
+            cell = self._held[job_id] = HeldCell()
         self._leaf_of[job_id] = leaf
-        self._leaf_held[leaf] = self._leaf_held.get(leaf, 0) + self._held.get(job_id, 0)
+        self._leaf_held[leaf] = self._leaf_held.get(leaf, 0) + cell.milli
+        return cell
 
     def count_out(self, job_id: int) -> None:
         """The admitted job ended: what it holds no longer counts as its leaf's."""
         leaf = self._leaf_of.pop(job_id)
-        self._leaf_held[leaf] -= self._held.get(job_id, 0)
+        cell = self._held.get(job_id)
+        if cell is not None:
+            self._leaf_held[leaf] -= cell.milli
+            if not cell.milli:
+                del self._held[job_id]
 
     def leaf_held(self, leaf: str) -> float:
         """CPUs the admitted jobs of ``leaf`` run on, as the live servers last said."""
         return self._leaf_held.get(leaf, 0) / 1000.0
 
     @property
-    def held_milli(self) -> dict[int, int]:
-        """Job -> milli-CPUs its regular attempts run on (read-only: the round's snapshot)."""
+    def held_cells(self) -> dict[int, HeldCell]:
+        """Job -> its cell of milli-CPUs its regular attempts run on (read-only: the round's
+        snapshot)."""
         return self._held
 
     def held(self, job_id: int) -> float:
         """CPUs the job's regular attempts run on, as the live servers last said."""
-        return self._held.get(job_id, 0) / 1000.0
+        cell = self._held.get(job_id)
+        return cell.milli / 1000.0 if cell is not None else 0.0
 
     # ---- capacity and load ----------------------------------------------------------------
     @property
@@ -294,13 +312,15 @@ class ClusterLoad:
             assert sum(milli) <= self.server_cores * 1000 + 1e-6, "a server holds more than its cores"
             for j, m in zip(jobs, milli):
                 per_job[j] = per_job.get(j, 0) + m
-        assert per_job == {j: m for j, m in self._held.items() if m}, "held CPUs out of sync"
+        assert per_job == {j: c.milli for j, c in self._held.items() if c.milli}, "held CPUs out of sync"
+        assert all(c.milli or j in self._leaf_of for j, c in self._held.items()), "an empty cell kept"
 
     def validate_counted(self, leaf_of: dict[int, str]) -> None:
         """``leaf_of``: every admitted job's leaf (the admission's word)."""
         assert self._leaf_of == leaf_of, "admitted jobs counted per leaf out of sync"
         per_leaf: dict[str, int] = {}
         for j, q in leaf_of.items():
-            per_leaf[q] = per_leaf.get(q, 0) + self._held.get(j, 0)
+            cell = self._held.get(j)
+            per_leaf[q] = per_leaf.get(q, 0) + (cell.milli if cell is not None else 0)
         assert {q: m for q, m in self._leaf_held.items() if m} == {q: m for q, m in per_leaf.items() if m}, \
             "held CPUs per leaf out of sync"

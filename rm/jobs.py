@@ -10,6 +10,16 @@ from apollo.core.spec import JobSpec
 from .sharing import JobView
 
 
+class HeldCell:
+    """The milli-CPUs a job's regular attempts run on, as the live servers last said: one per
+    job in ClusterLoad's count, and the admitted job's entry holds the same cell, so that a
+    round reads it without looking it up (rm/cluster_load.py)."""
+    __slots__ = ("milli",)
+
+    def __init__(self) -> None:
+        self.milli = 0
+
+
 @dataclass(slots=True)
 class JobEntry:
     job_id: int
@@ -47,6 +57,7 @@ class JobEntry:
     last_view_demand: float = 0.0
     last_view_tokens: int = 0
     last_view_admitted: bool = False
+    held_cell: HeldCell | None = None    # while admitted: its ClusterLoad cell
 
     def view(self, held: float) -> JobView:
         s = self.spec
@@ -59,17 +70,21 @@ def first_demand(spec: JobSpec) -> float:
     return float(sum(s.cpu * s.tasks for s in spec.stages if not s.depends_on))
 
 
-def views_of(entries: Iterable[JobEntry], held_milli: dict[int, int]) -> tuple[JobView, ...]:
-    """Every job's view for an allocation round's snapshot (``held_milli``: job -> milli-CPUs
-    its regular attempts run on). A round reads every job and few move between rounds, so a
-    job's view is rebuilt only when what it shows moved (demand, tokens, admission, CPUs held;
-    the rest is its spec's)."""
+def views_of(entries: Iterable[JobEntry], held: dict[int, HeldCell]) -> tuple[JobView, ...]:
+    """Every job's view for an allocation round's snapshot (``held``: job -> the milli-CPUs its
+    regular attempts run on; an admitted job's entry holds its cell). A round reads every job
+    and few move between rounds, so a job's view is rebuilt only when what it shows moved
+    (demand, tokens, admission, CPUs held; the rest is its spec's)."""
     # (typed, and the dict and list called on their objects: compiled, the entries' fields are
     # struct reads and the calls C calls)
     out: list[JobView] = []
     e: JobEntry
+    c: HeldCell | None
     for e in entries:
-        m = held_milli.get(e.job_id, 0)
+        c = e.held_cell
+        if c is None:
+            c = held.get(e.job_id)      # (a waiting job: rarely any)
+        m = c.milli if c is not None else 0
         v = e.last_view
         if (v is None or e.last_view_held != m or e.last_view_demand != e.demand or e.last_view_tokens != e.tokens
                 or e.last_view_admitted != e.admitted):
