@@ -58,7 +58,8 @@ def _same(a, b):
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
-@settings(max_examples=400, deadline=None)
+# (200 and 150 examples, from 400 and 300: the whole suite's 5 minutes on 2 cores are tight)
+@settings(max_examples=200, deadline=None)
 @given(cases(), st.integers(0, 2 ** 32 - 1))
 def test_one_task_is_priced_as_the_array_form_prices_it(case, seed):
     v, cand, loc, valid, fail, t, now, cfg, io = case
@@ -97,7 +98,7 @@ def test_one_task_gets_the_candidates_the_array_form_gives(servers, racks, n_lig
     assert rng_arrays.random() == rng_row.random()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(cases(), st.booleans(), st.data())
 def test_a_few_servers_free_cpus_are_the_array_forms(case, as_reported, data):
     """The view's free CPUs of a few servers (a job's crowded first choices, a small cluster's idle
