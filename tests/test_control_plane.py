@@ -187,6 +187,16 @@ class HostTable:
         return [e for e in out if not (isinstance(e, Send) and isinstance(e.msg, ReportAck))]
 
 
+def _a_job_its_host_runs() -> tuple[RmState, HostTable]:
+    """An RM with one job, and the table of its host, which has heard the job's StartJob."""
+    r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0",)))
+    host = HostTable()
+    (start,) = sends(r.handle(SubmitJob(-1, job(8), "c", "k"), 1.0, Rng()), StartJob)
+    host.rows.add(0)
+    host.rows.set(0, start.msg.seq, 8, 0)
+    return r, host
+
+
 def test_under_delta_reports_a_lost_start_job_is_offered_again():
     r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0",)))
     host = HostTable()
@@ -199,11 +209,7 @@ def test_under_delta_reports_a_lost_start_job_is_offered_again():
 
 
 def test_under_delta_reports_a_lost_token_grant_is_sent_again():
-    r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0",)))
-    host = HostTable()
-    (start,) = sends(r.handle(SubmitJob(-1, job(8), "c", "k"), 1.0, Rng()), StartJob)
-    host.rows.add(0)
-    host.rows.set(0, start.msg.seq, 8, 0)
+    r, host = _a_job_its_host_runs()
     host.to(r, 1.5)                                   # full: the job, having heard its StartJob
     e = r.jobs[0]
     (grant,) = sends([r.admission.regrant(e, 2)], TokenGrant)       # lost on its way
@@ -217,11 +223,7 @@ def test_under_delta_reports_a_lost_token_grant_is_sent_again():
 
 
 def test_under_delta_reports_a_job_its_host_dropped_is_offered_again():
-    r = RmState(RmConfig(4, 20, jm_hosts=("jmhost:0",)))
-    host = HostTable()
-    (start,) = sends(r.handle(SubmitJob(-1, job(8), "c", "k"), 1.0, Rng()), StartJob)
-    host.rows.add(0)
-    host.rows.set(0, start.msg.seq, 8, 0)
+    r, host = _a_job_its_host_runs()
     host.to(r, 4.0)
     host.rows.remove(0)                               # (its JobDone lost)
     r_ = host.report()

@@ -9,21 +9,30 @@ steps = st.lists(st.tuples(st.sampled_from(["add", "remove", "set", "report"]), 
                            st.integers(0, 9), st.integers(0, 64)), max_size=120)
 
 
+def _table_step(rows: ReportRows, model: dict, op: str, job: int, seq: int, cpus: int) -> bool:
+    """A job started, dropped or moved, in the table and in the model; whether ``op`` was one."""
+    if op == "add" and job not in model:
+        rows.add(job)
+        model[job] = (0, 0, 0)
+    elif op == "remove" and job in model:
+        rows.remove(job)
+        del model[job]
+    elif op == "set" and job in model:
+        rows.set(job, seq, cpus, cpus // 2)
+        model[job] = (seq, cpus, cpus // 2)
+    else:
+        return False
+    return True
+
+
 @settings(max_examples=150, deadline=None)
 @given(steps)
 def test_the_columns_are_the_live_jobs_rows_in_job_order(ops):
     rows, model = ReportRows(), {}
     sent = []
     for op, job, seq, cpus in ops:
-        if op == "add" and job not in model:
-            rows.add(job)
-            model[job] = (0, 0, 0)
-        elif op == "remove" and job in model:
-            rows.remove(job)
-            del model[job]
-        elif op == "set" and job in model:
-            rows.set(job, seq, cpus, cpus // 2)
-            model[job] = (seq, cpus, cpus // 2)
+        if _table_step(rows, model, op, job, seq, cpus):
+            pass
         elif op == "report":
             cols = rows.columns()
             assert [c.tolist() for c in cols] == [list(model), *map(list, zip(*model.values()))] if model \
@@ -61,15 +70,8 @@ def test_the_rms_copy_is_the_hosts_table_as_of_every_report_it_applies(ops):
     reports: list[tuple[HostReport, dict]] = []       # in flight, each with the table it was made from
     acks: list[int] = []
     for op, job, seq, cpus in ops:
-        if op == "add" and job not in model:
-            rows.add(job)
-            model[job] = (0, 0, 0)
-        elif op == "remove" and job in model:
-            rows.remove(job)
-            del model[job]
-        elif op == "set" and job in model:
-            rows.set(job, seq, cpus, cpus // 2)
-            model[job] = (seq, cpus, cpus // 2)
+        if _table_step(rows, model, op, job, seq, cpus):
+            pass
         elif op == "report":
             reports.append((_report(rows), dict(model)))
         elif op in ("deliver", "lose") and reports:
